@@ -1,0 +1,127 @@
+"""Expand a composed matrix into cells (policy/gpu/torch) and resolve each into a self-contained job spec."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from .config import Composed, ConfigError, axis_list, to_plain
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+AXIS_KEYS = ("policy", "gpu", "torch")
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything a job needs, as plain data: it is pickled by submitit and read on another machine."""
+
+    policy: str
+    gpu: str
+    torch: str
+    exporter: str
+    python: str
+    command: list[str]
+    checkpoint: dict[str, Any]
+    task: str | None
+    export_args: list[str]
+    timeout_min: float
+    env: dict[str, str]
+    fixes: list[str]
+    slurm: dict[str, Any]
+    parse: dict[str, Any]
+    out_dir: str
+    ckpt_dir: str
+    configs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return f"{self.policy}/{self.gpu}/{self.torch}"
+
+    @property
+    def cell_dir(self) -> Path:
+        return Path(self.out_dir) / "cells" / self.policy / self.gpu / self.torch
+
+
+def cell_dir(out_dir: Path | str, cell_id: str) -> Path:
+    return Path(out_dir) / "cells" / Path(*cell_id.split("/"))
+
+
+def matches(cell: dict[str, str], partial: dict[str, str]) -> bool:
+    return all(cell[key] == value for key, value in partial.items())
+
+
+def expand(matrix: DictConfig) -> list[dict[str, str]]:
+    """The matrix's product, minus `exclude`, plus `include` (partial cells take the other axes' lists)."""
+    axes = {"policy": axis_list(matrix, "policies"), "gpu": axis_list(matrix, "gpus"),
+            "torch": axis_list(matrix, "torch")}
+    cells = [dict(zip(AXIS_KEYS, combo, strict=True)) for combo in itertools.product(*axes.values())]
+    for partial in (to_plain(p) for p in matrix.get("include") or []):
+        lists = [[partial[k]] if k in partial else axes[k] for k in AXIS_KEYS]
+        for combo in itertools.product(*lists):
+            cell = dict(zip(AXIS_KEYS, combo, strict=True))
+            if cell not in cells:
+                cells.append(cell)
+    for partial in (to_plain(p) for p in matrix.get("exclude") or []):
+        kept = [cell for cell in cells if not matches(cell, partial)]
+        if len(kept) == len(cells):
+            raise ConfigError(f"exclude {partial} matches no cell of the matrix")
+        cells = kept
+    return cells
+
+
+def resolve(composed: Composed) -> list[CellSpec]:
+    """One CellSpec per cell, with paths made absolute so a job can run from any directory."""
+    cfg = composed.cfg
+    exporter_choice = composed.choices.get("exporter")
+    specs = []
+    for cell in expand(cfg.matrix):
+        policy = to_plain(cfg.policies[cell["policy"]])
+        gpu = to_plain(cfg.gpus[cell["gpu"]])
+        build = to_plain(cfg.builds[cell["torch"]])
+        exporter_name = exporter_choice or gpu["exporter"]
+        exporter = to_plain(cfg.exporters[exporter_name])
+        _check_checkpoint(cell["policy"], policy.get("checkpoint"))
+        python = build.get("python") or sys.executable
+        if "/" in python:
+            python = str(Path(python).expanduser().absolute())
+        env = {**_env(policy), **_env(gpu), **_env(build)}
+        slurm = {**(gpu.get("slurm") or {}), **(policy.get("slurm") or {})}
+        specs.append(
+            CellSpec(
+                policy=cell["policy"],
+                gpu=cell["gpu"],
+                torch=cell["torch"],
+                exporter=exporter_name,
+                python=python,
+                command=[str(part) for part in exporter["command"]],
+                checkpoint=policy["checkpoint"],
+                task=policy.get("task"),
+                export_args=[str(a) for a in policy.get("export_args") or []],
+                timeout_min=float(policy.get("timeout_min") or 60),
+                env=env,
+                fixes=list(build.get("fixes") or []),
+                slurm={k: v for k, v in slurm.items() if v is not None},
+                parse=to_plain(cfg.parse),
+                out_dir=str(Path(cfg.out_dir).expanduser().absolute()),
+                ckpt_dir=str(Path(cfg.ckpt_dir).expanduser().absolute()),
+                configs={"policy": policy, "gpu": gpu, "torch": build, "exporter": exporter},
+            )
+        )
+    return specs
+
+
+def _env(node: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (node.get("env") or {}).items()}
+
+
+def _check_checkpoint(policy: str, checkpoint: Any) -> None:
+    if not isinstance(checkpoint, dict) or len(checkpoint) != 1 or not ({"random", "path"} & checkpoint.keys()):
+        raise ConfigError(f"policy {policy!r}: checkpoint must be {{random: {{type: ...}}}} or {{path: ...}}, "
+                          f"got {checkpoint!r}")
+    if "random" in checkpoint and not (checkpoint["random"] or {}).get("type"):
+        raise ConfigError(f"policy {policy!r}: checkpoint.random needs a lerobot policy type")

@@ -1,0 +1,141 @@
+"""Compose the sweep configuration with Hydra: the primary config, then every axis config a matrix names.
+
+Hydra picks one option per config group; a matrix needs many policies, GPUs and builds at once, so each is
+added under its own package (`+policy@policies.act=act`). A user's `--config-dir` is Hydra's main search path
+entry, so its files win over the package's `conf/`, which is appended through `hydra.searchpath`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+PACKAGE_CONF = Path(__file__).resolve().parent.parent / "conf"
+PRIMARY = "export_matrix"
+# Axis groups that a matrix lists by name, and the node each one is composed under.
+AXES = {"policy": "policies", "gpu": "gpus", "torch": "builds", "exporter": "exporters"}
+# Groups chosen one at a time with `group=name` on the command line.
+CHOICE_GROUPS = ("matrix", "launcher", "exporter")
+
+
+class ConfigError(ValueError):
+    """A bad name or value in the configuration; its message is the one line the user sees."""
+
+
+@dataclass
+class Composed:
+    cfg: DictConfig
+    choices: dict[str, str | None]
+    options: dict[str, list[str]]
+    config_dirs: list[Path]
+
+
+def unknown(kind: str, value: Any, valid: list[str]) -> ConfigError:
+    return ConfigError(f"unknown {kind} {value!r} (valid: {', '.join(sorted(valid)) or 'none'})")
+
+
+def _first_line(exc: BaseException) -> str:
+    """Hydra's messages span lines (the problem, then the hint): keep both, on one line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return " ".join(lines[:2]) if lines else type(exc).__name__
+
+
+def _axis_override(override: str) -> bool:
+    """Overrides that reach into axis nodes only exist once those nodes are composed (phase 2)."""
+    key = override.lstrip("+~").split("=", 1)[0]
+    return key.split(".", 1)[0] in AXES.values()
+
+
+def compose_config(overrides: list[str], config_dir: Path | None = None) -> Composed:
+    """Compose the primary config and every axis config its matrix needs; raise ConfigError on bad input."""
+    dirs = [PACKAGE_CONF] if config_dir is None else [Path(config_dir).resolve(), PACKAGE_CONF]
+    if config_dir is not None and not dirs[0].is_dir():
+        raise ConfigError(f"--config-dir {str(config_dir)!r} is not a directory")
+    store = ConfigStore.instance()
+    store.store(name=PRIMARY, node={"defaults": ["config", "_self_"]})
+    search = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in dirs[1:])}]"] if dirs[1:] else []
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(dirs[0]), version_base=None):
+        loader = GlobalHydra.instance().config_loader()
+        options = {group: loader.get_group_options(group) for group in (*AXES, "matrix", "launcher")}
+        for override in overrides:
+            key, _, value = override.lstrip("+").partition("=")
+            if key in CHOICE_GROUPS and value not in options[key] and value != "null":
+                raise unknown(key, value, options[key])
+        base = [o for o in overrides if not _axis_override(o)]
+        cfg = _compose(search + base)
+        choices = dict(OmegaConf.to_container(cfg.hydra.runtime.choices))
+        matrix = cfg.matrix
+        names = {
+            "policy": _names(matrix, "policies", options["policy"], "policy"),
+            "gpu": _names(matrix, "gpus", options["gpu"], "gpu"),
+            "torch": _names(matrix, "torch", options["torch"], "torch"),
+        }
+        for entry in [*(matrix.get("include") or []), *(matrix.get("exclude") or [])]:
+            for axis, value in entry.items():
+                if axis not in names:
+                    raise ConfigError(f"unknown matrix axis {axis!r} in include/exclude (valid: gpu, policy, torch)")
+                if value not in options[axis]:
+                    raise unknown(axis, value, options[axis])
+                if value not in names[axis]:
+                    names[axis].append(value)
+        # Phase 2 composes the policies, GPUs and builds, so the GPUs' own exporter defaults (and any
+        # override of them) are known; phase 3 adds those exporters.
+        axes = [f"+{group}@{AXES[group]}.{n}={n}" for group, values in names.items() for n in values]
+        not_exporters = [o for o in overrides if not o.lstrip("+~").startswith("exporters.")]
+        cfg = _compose(search + axes + not_exporters)
+        exporters = _exporter_names(cfg, choices, names["gpu"], options["exporter"])
+        axes += [f"+exporter@exporters.{n}={n}" for n in exporters]
+        cfg = _compose(search + axes + overrides)
+    return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs)
+
+
+def _compose(overrides: list[str]) -> DictConfig:
+    try:
+        return compose(PRIMARY, overrides=overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(_first_line(exc)) from None
+
+
+def axis_list(matrix: DictConfig, key: str) -> list[str]:
+    """A matrix axis as a list of names; `matrix.policies=act` means the one name."""
+    values = matrix.get(key) or []
+    return [values] if isinstance(values, str) else [str(v) for v in values]
+
+
+def _names(matrix: DictConfig, key: str, valid: list[str], kind: str) -> list[str]:
+    values = axis_list(matrix, key)
+    for value in values:
+        if value not in valid:
+            raise unknown(kind, value, valid)
+    return values
+
+
+def _exporter_names(cfg: DictConfig, choices: dict[str, Any], gpus: list[str], valid: list[str]) -> list[str]:
+    """The exporter chosen with `exporter=NAME`, else each GPU's default."""
+    chosen = choices.get("exporter")
+    if chosen:
+        return [chosen]
+    names: list[str] = []
+    for gpu in gpus:
+        name = cfg.gpus[gpu].get("exporter")
+        if name not in valid:
+            raise unknown(f"exporter (default of gpu {gpu})", name, valid)
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def to_plain(node: Any) -> Any:
+    """Resolved plain Python containers, so job specs pickle without OmegaConf."""
+    if isinstance(node, DictConfig) or OmegaConf.is_config(node):
+        return OmegaConf.to_container(node, resolve=True)
+    return node

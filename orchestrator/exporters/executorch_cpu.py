@@ -1,0 +1,320 @@
+"""Built-in exporter: a CPU stand-in for the LeRobot fork's `lerobot-export --backend.type=executorch_cuda`.
+
+Runs as a file with the interpreter of a torch build (torch, executorch, lerobot), never as part of the
+orchestrator package:
+
+    HF_HUB_OFFLINE=1 PATH=<venv>/bin:$PATH <python> orchestrator/exporters/executorch_cpu.py \
+        --policy.path=<checkpoint dir> --output_dir=<out> [--task=TEXT] [--tolerance=X] [--runs=N]
+
+(`flatc`, which ExecuTorch's serializer calls, must be on PATH; it ships in the venv's bin.)
+
+Steps, in order; each failure prints the traceback, then, as the last line,
+`error: The <step> step failed (see above), so the bundle was not written.` and exits with status 1:
+
+  load   read the policy (and its saved pre/post processors) from the checkpoint, build a seeded (seed 0)
+         example observation for its input_features, run it through the preprocessor, run eager inference.
+  trace  torch.export of the whole action-chunk prediction, through a per-policy adapter
+         (policy_adapters.py): ACT's predict_action_chunk as is; Diffusion's denoising loop unrolled with
+         Python-int timesteps and the initial noise as an input (DDPM's per-step noise too).
+  lower  ExecuTorch to_edge_transform_and_lower with the XNNPACK partitioner, then to_executorch.
+  write  OUT/model.pte.
+  check  load OUT/model.pte with the ExecuTorch runtime, run it on the same inputs, compare the largest
+         absolute difference with eager against the tolerance. On success it prints
+         `Exported policy test case: largest difference 2.20e-02 (tolerance 0.075)`; otherwise it raises
+         `RuntimeError: The exported policy does not reproduce its test case (9.53e-02 > 0.075). Export it
+         again on this device.` and model.pte is renamed to model.pte.failed (kept for inspection).
+  time   median of --runs runs of eager inference and of the ExecuTorch program:
+         `Exported policy timing: eager 73.012 ms, exported 429.100 ms (median of 5 runs)`.
+
+OUT/export_info.json records the result (max_diff, tolerance, eager_ms, exported_ms, each step's seconds,
+peak RSS, the failed step and its error), whether the export succeeded or not.
+
+Tolerances (largest absolute difference, float32 on CPU; --tolerance overrides): 1e-3 by default. Eager
+PyTorch and XNNPACK differ only in float32 summation order, which for these random-weight policies gives
+1e-6 .. 1e-5 (ACT ~2e-6); 1e-3 leaves room for deeper networks and iterative samplers while still catching
+a wrong graph, whose outputs differ by O(0.1..1). Diffusion gets 1e-3 as well: its 10 DDIM steps are
+clipped to [-1, 1] each step, so errors do not grow.
+
+The example inputs: images uniform in [0, 1), states and noise standard normal, batch size 1, from one
+torch.Generator seeded with 0; policies that sample noise inside (DDPM steps, VQ-BeT, TD-MPC,
+gaussian_actor) see torch.manual_seed(0) right before the eager call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+DEFAULT_TOLERANCE = 1e-3
+TOLERANCES = {"act": 1e-3, "diffusion": 1e-3}  # per policy type; DEFAULT_TOLERANCE otherwise
+STEPS = ("load", "trace", "lower", "write", "check", "time")
+
+
+def log(step: str, msg: str) -> None:
+    print(f"[{step}] {msg}", flush=True)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
+
+
+def median_ms(fn, runs: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="executorch_cpu.py",
+        description="Export a LeRobot policy to an ExecuTorch (XNNPACK, CPU) program and check it.",
+    )
+    p.add_argument("--policy.path", dest="policy_path", required=True, help="checkpoint directory")
+    p.add_argument("--output_dir", required=True, help="where model.pte and export_info.json go")
+    p.add_argument("--task", default=None, help="language instruction, for policies that take one")
+    p.add_argument("--tolerance", type=float, default=None, help="largest allowed abs difference with eager")
+    p.add_argument("--runs", type=int, default=5, help="timed runs for the medians")
+    args = p.parse_args(argv)
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
+    if args.tolerance is not None and not args.tolerance > 0:
+        p.error("--tolerance must be positive")
+    return args
+
+
+class Export:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.out = Path(args.output_dir)
+        self.pte = self.out / "model.pte"
+        self.info: dict = {
+            "exporter": "executorch_cpu",
+            "policy_path": args.policy_path,
+            "task": args.task,
+            "runs": args.runs,
+            "steps_s": {},
+        }
+
+    # load --------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        import torch
+
+        from lerobot.configs.policies import PreTrainedConfig
+        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+        import policy_adapters
+
+        path = self.args.policy_path
+        local = Path(path)
+        if not local.exists() and (local.is_absolute() or path.startswith(".") or path.count("/") != 1):
+            raise FileNotFoundError(f"No checkpoint directory at {path}")
+        self.info["versions"] = _versions()
+        torch.manual_seed(0)
+        cfg = PreTrainedConfig.from_pretrained(path)
+        cfg.device = "cpu"
+        if getattr(cfg, "pretrained_backbone_weights", None):
+            # The checkpoint's state dict replaces the backbone anyway; skip torchvision's download.
+            cfg.pretrained_backbone_weights = None
+        kind = cfg.type
+        log("load", f"{kind} policy from {path}")
+        policy = get_policy_class(kind).from_pretrained(path, config=cfg)
+        policy.to("cpu").eval()
+        self.policy = policy
+        self.kind = kind
+        self.info["policy_type"] = kind
+        self.info["params_M"] = round(sum(p.numel() for p in policy.parameters()) / 1e6, 1)
+        self.tolerance = self.args.tolerance or TOLERANCES.get(kind, DEFAULT_TOLERANCE)
+        self.info["tolerance"] = self.tolerance
+
+        preprocessor = None
+        if (local / "policy_preprocessor.json").exists():
+            preprocessor, _ = make_pre_post_processors(cfg, pretrained_path=path)
+            self.info["preprocessor"] = [type(s).__name__ for s in preprocessor.steps]
+
+        adapter = policy_adapters.make_adapter(policy)
+        self.adapter = adapter
+        gen = torch.Generator().manual_seed(0)
+        obs = adapter.observation(gen)
+        if self.args.task is not None:
+            obs["task"] = self.args.task
+        batch = preprocessor(obs) if preprocessor is not None else obs
+        names = adapter.input_names(batch)
+        named = {k: batch[k] for k in names}
+        named.update(adapter.extra_inputs(named, gen))
+        self.names = list(named)
+        self.inputs = [named[k].detach().to("cpu", torch.float32).contiguous() for k in self.names]
+        self.named = dict(zip(self.names, self.inputs, strict=True))
+        self.info["adapter"] = adapter.describe()
+        self.info["inputs"] = {k: list(v.shape) for k, v in self.named.items()}
+        log("load", f"{self.info['params_M']} M parameters; inputs " + ", ".join(
+            f"{k} {tuple(v.shape)}" for k, v in self.named.items()))
+
+        log("load", f"eager inference ({adapter.name})")
+        with torch.no_grad():
+            self.expected = self.eager()
+        self.info["output_shape"] = list(self.expected.shape)
+        log("load", f"eager action {tuple(self.expected.shape)}")
+
+    def eager(self):
+        import torch
+
+        with torch.no_grad():
+            return self.adapter.eager(dict(self.named)).detach().float()
+
+    # trace -------------------------------------------------------------------------------------------
+    def trace(self) -> None:
+        import torch
+
+        module = self.adapter.module(self.names)
+        log("trace", "torch.export ...")
+        torch.manual_seed(0)
+        with torch.no_grad():
+            self.ep = torch.export.export(module, tuple(self.inputs))
+        nodes = sum(1 for _ in self.ep.graph.nodes)
+        self.info["graph_nodes"] = nodes
+        log("trace", f"exported program with {nodes} nodes")
+
+    # lower -------------------------------------------------------------------------------------------
+    def lower(self) -> None:
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower
+
+        log("lower", "to_edge_transform_and_lower (XNNPACK) ...")
+        edge = to_edge_transform_and_lower(self.ep, partitioner=[XnnpackPartitioner()])
+        del self.ep
+        log("lower", "to_executorch ...")
+        self.program = edge.to_executorch()
+        delegated = non_delegated = 0
+        for node in self.program.exported_program().graph.nodes:
+            if node.op == "call_function":
+                if "executorch_call_delegate" in str(node.target):
+                    delegated += 1
+                elif "getitem" not in str(node.target):
+                    non_delegated += 1
+        self.info["delegate_calls"] = delegated
+        self.info["non_delegated_ops"] = non_delegated
+        log("lower", f"{delegated} XNNPACK delegate calls, {non_delegated} ops left to portable kernels")
+
+    # write -------------------------------------------------------------------------------------------
+    def write(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        failed = self.pte.with_name("model.pte.failed")
+        if failed.exists():
+            failed.unlink()
+        with open(self.pte, "wb") as f:
+            self.program.write_to_file(f)
+        del self.program
+        self.info["pte_bytes"] = self.pte.stat().st_size
+        log("write", f"{self.pte} ({self.info['pte_bytes'] / 2**20:.1f} MiB)")
+
+    # check -------------------------------------------------------------------------------------------
+    def check(self) -> None:
+        import torch
+        from executorch.runtime import Runtime
+
+        log("check", "ExecuTorch runtime ...")
+        program = Runtime.get().load_program(self.pte)
+        self.method = program.load_method("forward")
+        self._program = program  # keep alive while the method is used
+        outputs = self.method.execute(self.inputs)
+        got = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+        got = torch.as_tensor(got).float()
+        if tuple(got.shape) != tuple(self.expected.shape):
+            raise RuntimeError(
+                f"The exported policy returns shape {tuple(got.shape)}, eager {tuple(self.expected.shape)}."
+            )
+        max_diff = (got - self.expected).abs().max().item()
+        self.info["max_diff"] = max_diff
+        if not max_diff <= self.tolerance:  # also catches NaN
+            raise RuntimeError(
+                f"The exported policy does not reproduce its test case ({max_diff:.2e} > {self.tolerance:g}). "
+                "Export it again on this device."
+            )
+        print(
+            f"Exported policy test case: largest difference {max_diff:.2e} (tolerance {self.tolerance:g})",
+            flush=True,
+        )
+
+    # time --------------------------------------------------------------------------------------------
+    def time(self) -> None:
+        runs = self.args.runs
+        log("time", f"eager x {runs} ...")
+        eager_ms = median_ms(self.eager, runs)
+        log("time", f"exported x {runs} ...")
+        exported_ms = median_ms(lambda: self.method.execute(self.inputs), runs)
+        self.info["eager_ms"] = eager_ms
+        self.info["exported_ms"] = exported_ms
+        print(
+            f"Exported policy timing: eager {eager_ms:.3f} ms, exported {exported_ms:.3f} ms "
+            f"(median of {runs} runs)",
+            flush=True,
+        )
+
+    # driver ------------------------------------------------------------------------------------------
+    def write_info(self) -> None:
+        self.info["peak_rss_mb"] = round(peak_rss_mb(), 1)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "export_info.json").write_text(json.dumps(self.info, indent=2) + "\n")
+        except OSError as e:  # the report must not hide the real result
+            print(f"warning: could not write export_info.json: {e}", file=sys.stderr, flush=True)
+
+    def run(self) -> int:
+        for step in STEPS:
+            t0 = time.perf_counter()
+            try:
+                getattr(self, step)()
+            except Exception as e:
+                self.info["steps_s"][step] = round(time.perf_counter() - t0, 3)
+                self.info["ok"] = False
+                self.info["failed_step"] = step
+                self.info["error"] = f"{type(e).__module__}.{type(e).__qualname__}: {e}"[:4000]
+                sys.stdout.flush()
+                traceback.print_exc()
+                if self.pte.exists():
+                    self.pte.replace(self.pte.with_name("model.pte.failed"))
+                self.write_info()
+                print(
+                    f"error: The {step} step failed (see above), so the bundle was not written.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 1
+            self.info["steps_s"][step] = round(time.perf_counter() - t0, 3)
+            log(step, f"done in {self.info['steps_s'][step]:.1f} s (peak RSS {peak_rss_mb():.0f} MiB)")
+        self.info["ok"] = True
+        self.write_info()
+        return 0
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("torch", "executorch", "lerobot"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return Export(args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The body of one cell's job: versions, make_random (cached), the exporter, and always a record.
+
+It runs in the orchestrator's environment (no torch) on the node that submitit or Slurm chose, and starts
+make_random and the exporter with the interpreter of the cell's torch build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import gpu
+from .cells import PACKAGE_DIR, CellSpec
+from .checkpoints import CheckpointFailed, ensure_random_checkpoint
+from .logparse import last_error_line, parse_log, tail
+from .process import StepInterrupted, run_logged
+from .record import Record, read_record, write_record
+
+EXPORT_LOG = "export.log"
+MAKE_RANDOM_LOG = "make_random.log"
+BUNDLE_DIR = "bundle"
+PROBE = """
+import importlib.metadata as m, json, platform
+def v(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return None
+print(json.dumps({"python": platform.python_version(),
+                  **{n: v(n) for n in ("torch", "executorch", "lerobot", "transformers")}}))
+"""
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def job_env(spec: CellSpec) -> dict[str, str]:
+    """The job's environment: ours, the build's bin/ first on PATH, every axis's env, and where it runs."""
+    env = dict(os.environ)
+    if "/" in spec.python:
+        env["PATH"] = f"{Path(spec.python).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.update(spec.env)
+    env.update(EXPORT_MATRIX_CELL=spec.id, EXPORT_MATRIX_POLICY=spec.policy, EXPORT_MATRIX_GPU=spec.gpu,
+               EXPORT_MATRIX_TORCH=spec.torch)
+    return env
+
+
+def export_command(spec: CellSpec, ckpt: str, out: Path) -> list[str]:
+    """The exporter's argument list with its placeholders filled, then the task and the policy's extra args."""
+    values = {"python": spec.python, "ckpt": ckpt, "out": str(out), "package": str(PACKAGE_DIR)}
+    command = [part.format(**values) for part in spec.command]
+    if spec.task:
+        command.append(f"--task={spec.task}")
+    return command + list(spec.export_args)
+
+
+def probe_versions(spec: CellSpec, env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run([spec.python, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"{spec.python} could not report its versions: {done.stderr.strip()[-300:]}")
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), **gpu.describe()}
+
+
+def run_cell(spec: CellSpec, attempt: int = 1) -> dict[str, Any]:
+    """Run one cell and return its record (also written to the cell's record.json)."""
+    cell_dir = spec.cell_dir
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    record = Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu, torch=spec.torch, exporter=spec.exporter,
+                    attempt=attempt, fixes=list(spec.fixes), started_at=now(),
+                    job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"))
+    earlier = read_record(cell_dir)
+    if earlier is not None and earlier.job_id and not record.job_id:
+        record.job_id = earlier.job_id
+    write_record(cell_dir, record)
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        _run_steps(spec, record, cell_dir)
+    except StepInterrupted as exc:
+        record.status, record.error = "cancelled", str(exc)
+    except Exception as exc:  # the job body broke: still leave a record that says how
+        record.status = "error"
+        record.error = last_error_line(traceback.format_exception(exc)[-1].splitlines(), spec.parse["exception"])
+        record.log_tail = "".join(traceback.format_exception(exc))[-4000:]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        record.ended_at = now()
+        write_record(cell_dir, record)
+    return record.to_dict()
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise StepInterrupted(signum)
+
+
+def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
+    env = job_env(spec)
+    timeout_s = spec.timeout_min * 60
+    record.logs = {"export": EXPORT_LOG}
+    record.failed_step = "setup"
+    record.versions = probe_versions(spec, env)
+    record.failed_step = None
+    ckpt = spec.checkpoint.get("path")
+    if "random" in spec.checkpoint:
+        record.logs["make_random"] = MAKE_RANDOM_LOG
+        log = cell_dir / MAKE_RANDOM_LOG
+        try:
+            built = ensure_random_checkpoint(Path(spec.ckpt_dir), spec.checkpoint["random"],
+                                             record.versions.get("lerobot") or "unknown", spec.python, env, log,
+                                             timeout_s)
+        except CheckpointFailed as exc:
+            _finish_failed_step(record, spec, "make_random", log, exc.returncode, exc.timed_out)
+            record.make_random_s = round(exc.seconds, 2)
+            return
+        record.make_random_s = round(built.seconds, 2) if built.built else 0.0
+        ckpt = str(built.path)
+    record.checkpoint = ckpt
+    bundle = cell_dir / BUNDLE_DIR
+    bundle.mkdir(exist_ok=True)
+    record.command = export_command(spec, ckpt, bundle)
+    log = cell_dir / EXPORT_LOG
+    with open(log, "a") as handle:
+        handle.write(f"[export-matrix] {json.dumps(record.command)}\n")
+    outcome = run_logged(record.command, log, env, timeout_s, cwd=cell_dir)
+    record.export_s = round(outcome.seconds, 2)
+    record.peak_gpu_mib = outcome.peak_gpu_mib
+    text = log.read_text(errors="replace")
+    found = parse_log(text, spec.parse)
+    for key in ("max_diff", "tolerance", "margin", "eager_ms", "exported_ms", "speedup"):
+        setattr(record, key, found.get(key))
+    record.log_tail = tail(text, spec.parse["tail_lines"])
+    if outcome.timed_out:
+        record.status, record.failed_step = "timeout", found.get("failed_step") or "export"
+        record.error = f"the export ran past timeout_min={spec.timeout_min:g}"
+    elif outcome.returncode < 0:
+        record.status, record.failed_step = "killed", found.get("failed_step") or "export"
+        record.error = f"the exporter was killed by {signal.Signals(-outcome.returncode).name}"
+    elif outcome.returncode != 0 or found.get("check") == "failed":
+        record.status = "failed"
+        record.failed_step = found.get("failed_step") or ("check" if found.get("check") == "failed" else "export")
+        record.error = found.get("error") or f"the exporter exited with status {outcome.returncode}"
+    else:
+        record.status = "passed"
+
+
+def _finish_failed_step(record: Record, spec: CellSpec, step: str, log: Path, returncode: int,
+                        timed_out: bool) -> None:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    record.failed_step = step
+    record.log_tail = tail(text, spec.parse["tail_lines"])
+    if timed_out:
+        record.status, record.error = "timeout", f"{step} ran past timeout_min={spec.timeout_min:g}"
+    elif returncode < 0:
+        record.status, record.error = "killed", f"{step} was killed by {signal.Signals(-returncode).name}"
+    else:
+        record.status = "failed"
+        record.error = last_error_line(text.splitlines(), spec.parse["exception"])

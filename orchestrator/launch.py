@@ -1,0 +1,147 @@
+"""Launch one submitit job per cell and follow them to the end, with progress on the terminal.
+
+Every cell gets a `pending` record before its job is submitted, and every job that ends without finishing its
+own record (killed, lost, cancelled before it started) gets one from what submitit knows, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import submitit
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .cells import CellSpec
+from .job import now, run_cell
+from .logparse import tail
+from .record import UNFINISHED, Record, read_record, start_attempt, write_record
+
+STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "yellow", "killed": "magenta",
+                "error": "bold red", "cancelled": "yellow", "oom": "magenta"}
+
+
+def job_timeout_min(spec: CellSpec) -> float:
+    """make_random and the export each have the cell's limit; the job gets both and a margin to write."""
+    return 2 * spec.timeout_min + 5
+
+
+def prepare(spec: CellSpec) -> int:
+    """Archive the cell's previous attempt and leave a `pending` record for this one."""
+    attempt = start_attempt(spec.cell_dir)
+    write_record(spec.cell_dir, Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu, torch=spec.torch,
+                                       exporter=spec.exporter, status="pending", attempt=attempt,
+                                       fixes=list(spec.fixes)))
+    return attempt
+
+
+def local_executor(out_dir: Path) -> submitit.AutoExecutor:
+    return submitit.AutoExecutor(folder=out_dir / "submitit" / "%j", cluster="local")
+
+
+def finish_lost(spec: CellSpec, job: submitit.Job | None, reason: str) -> dict[str, Any]:
+    """Write the record of a job that ended without writing its own final one."""
+    record = read_record(spec.cell_dir) or Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu,
+                                                  torch=spec.torch, exporter=spec.exporter)
+    if record.status not in UNFINISHED:
+        return record.to_dict()
+    record.status = "cancelled" if record.status == "pending" and job is None else "killed"
+    record.error = reason
+    record.ended_at = now()
+    if job is not None:
+        record.job_id = record.job_id or str(job.job_id)
+        texts = [job.stderr() or "", job.stdout() or ""]
+        record.log_tail = tail("\n".join(t for t in texts if t), spec.parse["tail_lines"]) or None
+        record.logs = {**record.logs, "job_stderr": str(job.paths.stderr), "job_stdout": str(job.paths.stdout)}
+    write_record(spec.cell_dir, record)
+    return record.to_dict()
+
+
+def collect_result(spec: CellSpec, job: submitit.Job) -> dict[str, Any]:
+    try:
+        return job.result()
+    except Exception as exc:  # the job process died: submitit says why, the record may be unfinished
+        first = str(exc).strip().splitlines()
+        return finish_lost(spec, job, f"the job ended without a record: {first[0] if first else exc!r}")
+
+
+def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: float,
+                console: Console | None = None) -> list[dict[str, Any]]:
+    """Run the cells through submitit's local executor, at most `parallel` at once, in matrix order."""
+    console = console or Console(stderr=True)
+    executor = local_executor(out_dir)
+    attempts = {spec.id: prepare(spec) for spec in specs}
+    queue = list(specs)
+    running: dict[str, tuple[CellSpec, submitit.Job]] = {}
+    results: list[dict[str, Any]] = []
+    counts: Counter[str] = Counter()
+    with _progress(console) as progress:
+        task = progress.add_task("sweep", total=len(specs), counts="")
+        try:
+            while queue or running:
+                while queue and len(running) < max(parallel, 1):
+                    spec = queue.pop(0)
+                    executor.update_parameters(timeout_min=job_timeout_min(spec), name=spec.id)
+                    job = executor.submit(run_cell, spec, attempts[spec.id])
+                    running[spec.id] = (spec, job)
+                    progress.console.print(f"[dim]started[/] {spec.id} [dim](job {job.job_id})[/]")
+                for cell_id, (spec, job) in list(running.items()):
+                    if job.done():
+                        del running[cell_id]
+                        record = collect_result(spec, job)
+                        results.append(record)
+                        counts[record["status"]] += 1
+                        progress.console.print(describe(record))
+                        progress.update(task, advance=1, counts=_counts(counts))
+                if running:
+                    time.sleep(poll_s)
+        except KeyboardInterrupt:
+            progress.console.print("[yellow]interrupted: cancelling the running cells[/]")
+            for spec, job in running.values():
+                job.cancel(check=False)
+            for spec, job in running.values():
+                _wait_quietly(job, 30)
+                results.append(finish_lost(spec, job, "the sweep was interrupted"))
+            for spec in queue:
+                results.append(finish_lost(spec, None, "the sweep was interrupted before this cell started"))
+            raise
+    return results
+
+
+def _wait_quietly(job: submitit.Job, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not job.done() and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("{task.fields[counts]}"), console=console, transient=False)
+
+
+def _counts(counts: Counter[str]) -> str:
+    return "  ".join(f"[{STATUS_STYLE.get(s, 'white')}]{s} {n}[/]" for s, n in sorted(counts.items()))
+
+
+def describe(record: dict[str, Any]) -> str:
+    """One line per finished cell: status, the check against its tolerance, times, or the error."""
+    status = record["status"]
+    parts = [f"[{STATUS_STYLE.get(status, 'white')}]{status:9s}[/] {record['cell']}"]
+    if record.get("max_diff") is not None:
+        parts.append(f"diff {record['max_diff']:.2e} / tol {record['tolerance']:g}")
+    if record.get("eager_ms") is not None and record.get("exported_ms") is not None:
+        parts.append(f"eager {record['eager_ms']:.1f} ms, exported {record['exported_ms']:.1f} ms")
+    if record.get("export_s") is not None:
+        parts.append(f"export {record['export_s']:.0f} s")
+    if status != "passed":
+        parts.append(f"[{record.get('failed_step') or '?'}] {record.get('error') or ''}")
+    return "  ".join(parts)
+
+
+def summarize(records: Iterable[dict[str, Any]]) -> str:
+    counts = Counter(r["status"] for r in records)
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no cells"

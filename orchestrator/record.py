@@ -1,0 +1,112 @@
+"""A cell's record: what one make_random + export attempt did, written atomically as record.json.
+
+Every job writes one, also when a step crashes, is killed or times out, so the collector never has to guess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+RECORD_NAME = "record.json"
+ATTEMPTS_DIR = "attempts"
+
+# passed: the exporter succeeded and its check held. failed: a step exited non-zero (a known or new failure).
+# timeout: killed by us at timeout_min. killed: ended by a signal we did not send (kill -9, OOM killer, Slurm).
+# error: the job body itself broke (bad interpreter path, missing file), so nothing was measured.
+# cancelled: the job was told to stop (scancel, Ctrl-C of a local sweep) and stopped its steps.
+# pending / running: written at submission and when the job starts; either one left behind after the job
+# ended means the job was lost, and the sweep (or `status`) finishes the record from what it knows.
+STATUSES = ("passed", "failed", "timeout", "killed", "error", "oom", "cancelled", "pending", "running")
+UNFINISHED = frozenset({"pending", "running"})
+
+
+@dataclass
+class Record:
+    cell: str
+    policy: str
+    gpu: str
+    torch: str
+    exporter: str
+    status: str = "running"
+    attempt: int = 1
+    failed_step: str | None = None
+    error: str | None = None
+    max_diff: float | None = None
+    tolerance: float | None = None
+    margin: float | None = None
+    make_random_s: float | None = None
+    export_s: float | None = None
+    eager_ms: float | None = None
+    exported_ms: float | None = None
+    speedup: float | None = None
+    peak_gpu_mib: float | None = None
+    fixes: list[str] = field(default_factory=list)
+    versions: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None
+    command: list[str] = field(default_factory=list)
+    started_at: str | None = None
+    ended_at: str | None = None
+    logs: dict[str, str] = field(default_factory=dict)
+    log_tail: str | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    job_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Record:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON through a temp file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True, default=str)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_record(cell_dir: Path, record: Record) -> Path:
+    path = cell_dir / RECORD_NAME
+    write_json_atomic(path, record.to_dict())
+    return path
+
+
+def read_record(cell_dir: Path) -> Record | None:
+    path = cell_dir / RECORD_NAME
+    if not path.exists():
+        return None
+    return Record.from_dict(json.loads(path.read_text()))
+
+
+def start_attempt(cell_dir: Path) -> int:
+    """Move the previous attempt (record, logs, bundle) to attempts/<n>/ and return the new attempt's number."""
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    leftovers = [p for p in cell_dir.iterdir() if p.name != ATTEMPTS_DIR]
+    if not leftovers:
+        return 1
+    earlier = read_record(cell_dir)
+    archive = cell_dir / ATTEMPTS_DIR
+    number = earlier.attempt if earlier else len(list(archive.glob("*"))) + 1
+    while (archive / str(number)).exists():
+        number += 1
+    target = archive / str(number)
+    target.mkdir(parents=True)
+    for path in leftovers:
+        path.rename(target / path.name)
+    return number + 1
