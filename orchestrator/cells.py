@@ -4,51 +4,15 @@ from __future__ import annotations
 
 import itertools
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from .config import Composed, ConfigError, axis_list, to_plain
+from .spec import CellSpec
 
-PACKAGE_DIR = Path(__file__).resolve().parent
 AXIS_KEYS = ("policy", "gpu", "torch")
-
-
-@dataclass(frozen=True)
-class CellSpec:
-    """Everything a job needs, as plain data: it is pickled by submitit and read on another machine."""
-
-    policy: str
-    gpu: str
-    torch: str
-    exporter: str
-    python: str
-    command: list[str]
-    checkpoint: dict[str, Any]
-    task: str | None
-    export_args: list[str]
-    timeout_min: float
-    env: dict[str, str]
-    fixes: list[str]
-    slurm: dict[str, Any]
-    parse: dict[str, Any]
-    out_dir: str
-    ckpt_dir: str
-    configs: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def id(self) -> str:
-        return f"{self.policy}/{self.gpu}/{self.torch}"
-
-    @property
-    def cell_dir(self) -> Path:
-        return Path(self.out_dir) / "cells" / self.policy / self.gpu / self.torch
-
-
-def cell_dir(out_dir: Path | str, cell_id: str) -> Path:
-    return Path(out_dir) / "cells" / Path(*cell_id.split("/"))
 
 
 def matches(cell: dict[str, str], partial: dict[str, str]) -> bool:

@@ -65,7 +65,8 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(dirs[0]), version_base=None):
         loader = GlobalHydra.instance().config_loader()
-        options = {group: loader.get_group_options(group) for group in (*AXES, "matrix", "launcher")}
+        options = {group: loader.get_group_options(group, config_name=PRIMARY, overrides=search)
+                   for group in (*AXES, "matrix", "launcher")}
         for override in overrides:
             key, _, value = override.lstrip("+").partition("=")
             if key in CHOICE_GROUPS and value not in options[key] and value != "null":

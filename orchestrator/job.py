@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from . import gpu
-from .cells import PACKAGE_DIR, CellSpec
 from .checkpoints import CheckpointFailed, ensure_random_checkpoint
 from .logparse import last_error_line, parse_log, tail
 from .process import StepInterrupted, run_logged
 from .record import Record, read_record, write_record
+from .spec import PACKAGE_DIR, CellSpec
 
 EXPORT_LOG = "export.log"
 MAKE_RANDOM_LOG = "make_random.log"

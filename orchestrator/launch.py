@@ -16,18 +16,18 @@ import submitit
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .cells import CellSpec
 from .job import now, run_cell
 from .logparse import tail
 from .record import UNFINISHED, Record, read_record, start_attempt, write_record
+from .spec import CellSpec
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "yellow", "killed": "magenta",
                 "error": "bold red", "cancelled": "yellow", "oom": "magenta"}
 
 
-def job_timeout_min(spec: CellSpec) -> float:
+def job_timeout_min(spec: CellSpec) -> int:
     """make_random and the export each have the cell's limit; the job gets both and a margin to write."""
-    return 2 * spec.timeout_min + 5
+    return int(2 * spec.timeout_min) + 5
 
 
 def prepare(spec: CellSpec) -> int:
@@ -101,7 +101,7 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
                     time.sleep(poll_s)
         except KeyboardInterrupt:
             progress.console.print("[yellow]interrupted: cancelling the running cells[/]")
-            for spec, job in running.values():
+            for _, job in running.values():
                 job.cancel(check=False)
             for spec, job in running.values():
                 _wait_quietly(job, 30)

@@ -43,6 +43,7 @@ gaussian_actor) see torch.manual_seed(0) right before the eager call.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import resource
@@ -108,12 +109,10 @@ class Export:
 
     # load --------------------------------------------------------------------------------------------
     def load(self) -> None:
+        import policy_adapters
         import torch
-
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
-
-        import policy_adapters
 
         path = self.args.policy_path
         local = Path(path)
@@ -195,15 +194,18 @@ class Export:
         del self.ep
         log("lower", "to_executorch ...")
         self.program = edge.to_executorch()
-        delegated = non_delegated = 0
+        delegated, left = 0, collections.Counter()
         for node in self.program.exported_program().graph.nodes:
             if node.op == "call_function":
-                if "executorch_call_delegate" in str(node.target):
+                target = str(node.target)
+                if "executorch_call_delegate" in target:
                     delegated += 1
-                elif "getitem" not in str(node.target):
-                    non_delegated += 1
+                elif "getitem" not in target:
+                    left[target] += 1
+        non_delegated = sum(left.values())
         self.info["delegate_calls"] = delegated
         self.info["non_delegated_ops"] = non_delegated
+        self.info["non_delegated_top"] = dict(left.most_common(12))
         log("lower", f"{delegated} XNNPACK delegate calls, {non_delegated} ops left to portable kernels")
 
     # write -------------------------------------------------------------------------------------------

@@ -1,0 +1,102 @@
+"""Config groups, the override grammar, cell expansion and one-line errors for bad names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cells import resolve
+from orchestrator.config import ConfigError, compose_config
+
+from .conftest import cli, write
+
+TRACKING_POLICIES = ["act", "diffusion", "pi0", "pi05", "pi0_fast", "xvla", "wall_x", "wall_oss_05", "dm05", "eo1",
+                     "lawam", "molmoact2", "flux3", "cosmos3", "fineart_vla", "lingbot_vla_v2"]
+
+
+def cells(*overrides: str, config_dir: Path | None = None) -> list[str]:
+    return [spec.id for spec in resolve(compose_config(list(overrides), config_dir))]
+
+
+def test_tracking_lists_every_policy_gpu_and_build() -> None:
+    ids = cells("matrix=tracking")
+    expected = {f"{p}/{g}/{t}" for p in TRACKING_POLICIES for g in ("h100", "a100")
+                for t in ("stock", "pr202785", "pr202925")}
+    assert set(ids) == expected and len(ids) == len(expected) == 96
+
+
+def test_cells_command_prints_one_id_a_line() -> None:
+    done = cli("cells", "matrix=tracking")
+    assert done.stdout.splitlines() == cells("matrix=tracking")
+
+
+def test_seed_checkpoints_tasks_and_args() -> None:
+    cfg = compose_config(["matrix=tracking"]).cfg
+    assert cfg.policies.lawam.checkpoint.path == "jialei02/lawam-libero-sft-lerobot"
+    assert cfg.policies.flux3.checkpoint.path == "black-forest-labs/flux-3-action-droid"
+    assert cfg.policies.dm05.checkpoint.random.type == "dm05"
+    assert cfg.policies.wall_x.task == "pick up the cube"
+    assert list(cfg.policies.lingbot_vla_v2.export_args) == ["--policy.precompute_grid_thw=true"]
+    assert list(cfg.builds.pr202785.fixes) == ["pytorch/pytorch#202785"] and not cfg.builds.stock.fixes
+    spec = next(s for s in resolve(compose_config(["matrix=tracking"])) if s.id == "wall_x/a100/pr202785")
+    assert spec.exporter == "lerobot_cuda" and spec.slurm["partition"] == "a100"
+    assert spec.command[:2] == ["lerobot-export", "--backend.type=executorch_cuda"]
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("matrix=nope", "unknown matrix 'nope' (valid: smoke, tracking)"),
+    ("exporter=nope", "unknown exporter 'nope' (valid: executorch_cpu, lerobot_cuda)"),
+    ("launcher=nope", "unknown launcher 'nope' (valid: "),
+    ("matrix.policies=[act,nope]", "unknown policy 'nope' (valid: act, cosmos3, diffusion,"),
+    ("matrix.gpus=[h200]", "unknown gpu 'h200' (valid: a100, cpu, h100)"),
+    ("matrix.torch=[nightly]", "unknown torch 'nightly' (valid: local, pr202785, pr202925, stock)"),
+    ("matrix.exclude=[{policy: flux3, gpu: cpu}]", "exclude {'policy': 'flux3', 'gpu': 'cpu'} matches no cell"),
+    ("matrix.exclude=[{chip: a100}]", "unknown matrix axis 'chip'"),
+])
+def test_bad_names_give_one_line_naming_value_and_valid_ones(override: str, message: str) -> None:
+    done = cli("cells", override, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_bad_override_syntax_is_one_line() -> None:
+    done = cli("cells", "nosuchkey=1", check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "nosuchkey" in done.stderr
+
+
+def test_exclude_and_include_partial_cells() -> None:
+    ids = cells("matrix=tracking", "matrix.policies=[act,flux3]", "matrix.torch=[stock]",
+                "matrix.exclude=[{policy: flux3, gpu: a100}]", "matrix.include=[{policy: act, gpu: cpu}]")
+    assert ids == ["act/h100/stock", "act/a100/stock", "flux3/h100/stock", "act/cpu/stock"]
+
+
+def test_exporter_override_replaces_gpu_default() -> None:
+    specs = resolve(compose_config(["matrix=tracking", "exporter=executorch_cpu", "matrix.policies=[act]"]))
+    assert {s.exporter for s in specs} == {"executorch_cpu"}
+
+
+def test_user_config_dir_wins_and_adds_groups(tmp_path: Path) -> None:
+    write(tmp_path / "policy" / "act.yaml", "checkpoint: {path: /ckpts/act}\ntask: null\nexport_args: []\n"
+          "timeout_min: 5\nenv: {SITE: one}\n")
+    write(tmp_path / "policy" / "mine.yaml", "checkpoint: {random: {type: act}}\ntask: go\nexport_args: []\n"
+          "timeout_min: 5\nenv: {}\n")
+    write(tmp_path / "gpu" / "h200.yaml", "label: H200\nexporter: lerobot_cuda\nslurm: {partition: h200}\n"
+          "env: {GPU_SITE: two}\n")
+    write(tmp_path / "matrix" / "site.yaml", "policies: [act, mine]\ngpus: [h200]\ntorch: [stock]\n")
+    specs = resolve(compose_config(["matrix=site"], tmp_path))
+    assert [s.id for s in specs] == ["act/h200/stock", "mine/h200/stock"]
+    assert specs[0].checkpoint == {"path": "/ckpts/act"} and specs[0].timeout_min == 5
+    assert specs[0].env == {"SITE": "one", "GPU_SITE": "two"}
+    assert "smoke" in compose_config([], tmp_path).options["matrix"]
+
+
+def test_missing_config_dir_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not a directory"):
+        compose_config([], tmp_path / "absent")
+
+
+def test_axis_overrides_reach_the_cell() -> None:
+    spec = resolve(compose_config(["policies.act.timeout_min=3", "+policies.act.env.FOO=bar"]))[0]
+    assert spec.timeout_min == 3 and spec.env["FOO"] == "bar"

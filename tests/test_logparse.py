@@ -1,0 +1,62 @@
+"""The log patterns of conf/config.yaml against the repro pack's exact messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.config import compose_config
+from orchestrator.config import to_plain
+from orchestrator.logparse import parse_log
+
+PATTERNS = to_plain(compose_config([]).cfg.parse)
+
+ROW2 = ("torch._inductor.exc.InductorError: LoweringException: NoValidChoicesError: No choices to select. Provided "
+        "reason: No choices exist for backend. please consider adding ATEN into max_autotune_gemm_backends config "
+        "(defined in torch/_inductor/config.py) to allow at least one choice.")
+ROW3 = ("torch._inductor.exc.InductorError: RuntimeError: Failed to run autotuning code block: CUDA out of memory. "
+        "Tried to allocate 2.98 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.50 GiB is free. Including "
+        "non-PyTorch memory, this process has 77.74 GiB memory in use. Of the allocated memory 75.79 GiB is "
+        "allocated by PyTorch, and 306.98 MiB is reserved by PyTorch but unallocated.")
+ROW5 = ("RuntimeError: The exported policy does not reproduce its test case (9.53e-02 > 0.075). "
+        "Export it again on this device.")
+ROW6 = "ValueError: Exporting LingBot-VLA v2 needs a vision_grid (see `predict_action_chunk`)."
+ROW7 = "SerializeError: Unsupported getattr attribute function_const_func_spec0 with type TreeSpec"
+ROW8 = "Node.meta wrap_with_autocast_12 is missing val field"
+
+
+def log(*lines: str) -> str:
+    return "\n".join(["Loading policy", "Traceback (most recent call last):",
+                      '  File "x.py", line 3, in f', "    raise", *lines]) + "\n"
+
+
+@pytest.mark.parametrize(("error", "step"), [(ROW2, "compile-model"), (ROW3, "compile-model"), (ROW6, "trace"),
+                                             (ROW7, "save"), (ROW8, "reload")])
+def test_failed_step_and_last_error_line(error: str, step: str) -> None:
+    found = parse_log(log(error, f"error: The {step} step failed (see above), so the bundle was not written."),
+                      PATTERNS)
+    assert found["failed_step"] == step and found["error"] == error
+    assert "max_diff" not in found
+
+
+def test_error_is_the_last_exception_not_an_earlier_one() -> None:
+    text = log("KeyError: 'x'", "", "During handling of the above exception, another exception occurred:", "",
+               ROW7, "error: The save step failed (see above), so the bundle was not written.")
+    assert parse_log(text, PATTERNS)["error"] == ROW7
+
+
+def test_check_failure_gives_diff_tolerance_and_margin() -> None:
+    found = parse_log(log(ROW5), PATTERNS)
+    assert found["max_diff"] == pytest.approx(0.0953) and found["tolerance"] == 0.075
+    assert found["margin"] == pytest.approx(0.0953 / 0.075) and found["check"] == "failed"
+    assert found["error"] == ROW5
+
+
+def test_check_pass_and_timing() -> None:
+    text = ("Exported policy test case: largest difference 2.20e-02 (tolerance 0.075)\n"
+            "Exported policy timing: eager 105.000 ms, exported 359.000 ms (median of 5 runs)\n")
+    found = parse_log(text, PATTERNS)
+    assert (found["max_diff"], found["tolerance"], found["check"]) == (0.022, 0.075, "passed")
+    assert found["margin"] == pytest.approx(0.022 / 0.075)
+    assert (found["eager_ms"], found["exported_ms"]) == (105.0, 359.0)
+    assert found["speedup"] == pytest.approx(105 / 359)
+    assert "failed_step" not in found
