@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config import compose_config
-from orchestrator.config import to_plain
+from orchestrator.config import compose_config, to_plain
 from orchestrator.logparse import parse_log
 
 PATTERNS = to_plain(compose_config([]).cfg.parse)
