@@ -10,6 +10,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from .config import Composed, ConfigError, axis_list, to_plain
+from .envs import EnvRecipe, is_recipe, recipe_of
+from .fingerprint import env_identity, fingerprint
 from .spec import CellSpec
 
 AXIS_KEYS = ("policy", "gpu", "torch")
@@ -38,10 +40,23 @@ def expand(matrix: DictConfig) -> list[dict[str, str]]:
     return cells
 
 
-def resolve(composed: Composed) -> list[CellSpec]:
-    """One CellSpec per cell, with paths made absolute so a job can run from any directory."""
+def recipes(composed: Composed) -> dict[str, EnvRecipe]:
+    """The torch builds of the composed config that declare how to build their environment."""
+    envs_dir = Path(composed.cfg.envs_dir).expanduser()
+    return {name: recipe_of(name, to_plain(build), composed.config_dirs, envs_dir)
+            for name, build in composed.cfg.builds.items() if is_recipe(to_plain(build))}
+
+
+def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpec]:
+    """One CellSpec per cell, with paths made absolute so a job can run from any directory.
+
+    Fingerprints ask each build's interpreter for its distributions, so only commands that compare or record
+    them ask for them.
+    """
     cfg = composed.cfg
     exporter_choice = composed.choices.get("exporter")
+    built_from = recipes(composed)
+    identities: dict[str, dict[str, Any]] = {}
     specs = []
     for cell in expand(cfg.matrix):
         policy = to_plain(cfg.policies[cell["policy"]])
@@ -50,9 +65,13 @@ def resolve(composed: Composed) -> list[CellSpec]:
         exporter_name = exporter_choice or gpu["exporter"]
         exporter = to_plain(cfg.exporters[exporter_name])
         _check_checkpoint(cell["policy"], policy.get("checkpoint"))
-        python = build.get("python") or sys.executable
+        recipe = built_from.get(cell["torch"])
+        python = build.get("python") or (str(recipe.python) if recipe else sys.executable)
         if "/" in python:
             python = str(Path(python).expanduser().absolute())
+        configs = {"policy": policy, "gpu": gpu, "torch": build, "exporter": exporter}
+        if with_fingerprints and cell["torch"] not in identities:
+            identities[cell["torch"]] = env_identity(python, recipe if not build.get("python") else None)
         env = {**_env(policy), **_env(gpu), **_env(build)}
         slurm = {**(gpu.get("slurm") or {}), **(policy.get("slurm") or {})}
         specs.append(
@@ -73,7 +92,9 @@ def resolve(composed: Composed) -> list[CellSpec]:
                 parse=to_plain(cfg.parse),
                 out_dir=str(Path(cfg.out_dir).expanduser().absolute()),
                 ckpt_dir=str(Path(cfg.ckpt_dir).expanduser().absolute()),
-                configs={"policy": policy, "gpu": gpu, "torch": build, "exporter": exporter},
+                configs=configs,
+                recipe=cell["torch"] if recipe and not build.get("python") else None,
+                fingerprint=fingerprint(configs, identities[cell["torch"]]) if with_fingerprints else {},
             )
         )
     return specs

@@ -1,4 +1,4 @@
-"""`export-matrix`: list cells, sweep them, collect the matrix. Hydra overrides follow the subcommand."""
+"""`export-matrix`: list cells, sweep or rerun them, build torch environments. Hydra overrides come last."""
 
 from __future__ import annotations
 
@@ -15,22 +15,38 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="export-matrix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
+    def command(name: str, help_text: str, parent: argparse._SubParsersAction = sub) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, help=help_text)
         p.add_argument("--config-dir", type=Path, default=None,
                        help="your own config groups, searched before the package's conf/")
-        p.add_argument("overrides", nargs="*", help="Hydra overrides: matrix=tracking out_dir=DIR key=value ...")
         return p
 
-    command("cells", "print the selected matrix's cells, one id a line (the dry run)")
-    command("sweep", "run every cell of the selected matrix and write its record")
+    def overrides(p: argparse.ArgumentParser) -> None:
+        p.add_argument("overrides", nargs="*", help="Hydra overrides: matrix=tracking out_dir=DIR key=value ...")
+
+    overrides(command("cells", "print the selected matrix's cells, one id a line (the dry run)"))
+    overrides(command("sweep", "run every cell of the selected matrix and write its record"))
+    rerun = command("rerun", "run again the named cells (ids or patterns), the failed ones or the stale ones")
+    rerun.add_argument("cells", nargs="*", help="cell ids or patterns (wall_x/a100/*), then Hydra overrides")
+    rerun.add_argument("--failed", action="store_true", help="every recorded cell that did not pass")
+    rerun.add_argument("--stale", action="store_true", help="every cell whose config or environment changed")
+    overrides(command("status", "show the recorded cells, with stale ones marked"))
+    env = sub.add_parser("env", help="torch build environments").add_subparsers(dest="env_command", required=True)
+    build = command("build", "create a torch build's environment from its recipe (uv, patches)", env)
+    build.add_argument("name", help="the torch build's config name")
+    overrides(build)
+    overrides(command("list", "show the torch builds and the state of their environments", env))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "rerun":  # ids and overrides share the positional list: overrides have '='
+        args.overrides = [a for a in args.cells if "=" in a]
+        args.cells = [a for a in args.cells if "=" not in a]
+    name = f"env_{args.env_command}" if args.command == "env" else args.command
     try:
-        return COMMANDS[args.command](args)
+        return COMMANDS[name](args)
     except ConfigError as exc:
         print(f"export-matrix: error: {exc}", file=sys.stderr)
         return 2
@@ -46,23 +62,95 @@ def cmd_cells(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .cells import resolve
-    from .launch import summarize, sweep_local
 
     composed = compose_config(args.overrides, args.config_dir)
-    specs = resolve(composed)
+    specs = resolve(composed, with_fingerprints=True)
+    return _launch(specs, composed, f"matrix {composed.choices.get('matrix')}")
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    from .select import select
+
+    if not (args.cells or args.failed or args.stale):
+        raise ConfigError("rerun needs cell ids or patterns, --failed or --stale")
+    composed = compose_config(args.overrides, args.config_dir)
+    specs = select(Path(composed.cfg.out_dir), args.cells, args.failed, args.stale, args.overrides, args.config_dir)
+    if not specs:
+        Console(stderr=True).print("nothing to rerun")
+        return 0
+    return _launch(specs, composed, "rerun")
+
+
+def _launch(specs: list, composed, what: str) -> int:
+    from .launch import summarize, sweep_local
+    from .prepare import build_missing_envs
+
     launcher = composed.cfg.launcher
     out_dir = Path(composed.cfg.out_dir)
     console = Console(stderr=True)
-    console.print(f"[bold]{len(specs)} cells[/] of matrix {composed.choices.get('matrix')} "
-                  f"on launcher {launcher.name}, records under {out_dir}/cells/")
     if launcher.name != "local":
         raise ConfigError(f"unknown launcher {launcher.name!r} (valid: local)")
-    records = sweep_local(specs, out_dir, int(launcher.parallel), float(launcher.poll_s), console)
+    console.print(f"[bold]{len(specs)} cells[/] of {what} on launcher {launcher.name}, records under {out_dir}/cells/")
+    specs, refused = build_missing_envs(specs, composed, console)
+    records = refused + sweep_local(specs, out_dir, int(launcher.parallel), float(launcher.poll_s), console)
     console.print(f"[bold]done:[/] {summarize(records)}")
     return 1 if any(r["status"] == "error" for r in records) else 0
 
 
-COMMANDS = {"cells": cmd_cells, "sweep": cmd_sweep}
+def cmd_status(args: argparse.Namespace) -> int:
+    from .status import show_status
+
+    composed = compose_config(args.overrides, args.config_dir)
+    return show_status(Path(composed.cfg.out_dir), args.overrides, args.config_dir)
+
+
+def cmd_env_build(args: argparse.Namespace) -> int:
+    from .cells import recipes
+    from .envs import EnvBuildError, build_env
+
+    composed = compose_config([f"matrix.torch=[{args.name}]", *args.overrides], args.config_dir)
+    found = recipes(composed)
+    if args.name not in found:
+        raise ConfigError(f"torch build {args.name!r} has no recipe (pip: or lerobot:) to build "
+                          f"(builds with one: {', '.join(sorted(found)) or 'none'})")
+    recipe = found[args.name]
+    console = Console(stderr=True)
+    console.print(f"building {args.name} in {recipe.path} ({', '.join(recipe.requirements)})")
+    log_path = recipe.envs_dir / f"{recipe.path.name}.log"
+    recipe.envs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(log_path, "w") as log:
+            python = build_env(recipe, log)
+    except EnvBuildError as exc:
+        print(f"export-matrix: error: torch build {args.name}: {exc} (log: {log_path})", file=sys.stderr)
+        return 1
+    console.print(f"[green]built[/] {python}")
+    return 0
+
+
+def cmd_env_list(args: argparse.Namespace) -> int:
+    from .cells import recipes
+    from .config import to_plain
+
+    names = compose_config(args.overrides, args.config_dir).options["torch"]
+    composed = compose_config([f"matrix.torch=[{','.join(names)}]", *args.overrides], args.config_dir)
+    found = recipes(composed)
+    for name in names:
+        build = to_plain(composed.cfg.builds[name])
+        if build.get("python"):
+            python = Path(build["python"]).expanduser()
+            state = "ready" if python.exists() else "missing interpreter"
+            print(f"{name:12s} {state:20s} {python}")
+        elif name in found:
+            recipe = found[name]
+            print(f"{name:12s} {'built' if recipe.built else 'not built':20s} {recipe.path}")
+        else:
+            print(f"{name:12s} {'ready':20s} {sys.executable} (the orchestrator's own)")
+    return 0
+
+
+COMMANDS = {"cells": cmd_cells, "sweep": cmd_sweep, "rerun": cmd_rerun, "status": cmd_status,
+            "env_build": cmd_env_build, "env_list": cmd_env_list}
 
 
 if __name__ == "__main__":

@@ -108,6 +108,9 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
     record.failed_step = "setup"
     record.versions = probe_versions(spec, env)
     record.failed_step = None
+    if spec.fingerprint:
+        seen = {k: record.versions.get(k) for k in ("gpu_name", "gpu_driver") if record.versions.get(k)}
+        record.fingerprint = {**spec.fingerprint, **seen}
     ckpt = spec.checkpoint.get("path")
     if "random" in spec.checkpoint:
         record.logs["make_random"] = MAKE_RANDOM_LOG

@@ -30,6 +30,8 @@ class CellSpec:
     out_dir: str
     ckpt_dir: str
     configs: dict[str, Any] = field(default_factory=dict)
+    recipe: str | None = None  # the torch build whose environment the sweep builds before submitting
+    fingerprint: dict[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:

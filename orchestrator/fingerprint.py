@@ -1,0 +1,29 @@
+"""A cell's fingerprint: what the current config says the cell is, hashed, so a record can be found stale.
+
+The key covers the resolved policy, gpu, torch and exporter configs (make_random's type and overrides among
+them) and the build's environment: a recipe's digest (requirements, index, patch bytes) or, for an interpreter
+we did not build, its installed distributions. The GPU name and driver that the job saw are kept in the record's
+fingerprint too, but only the config can be compared before a job runs, so they are not in the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from .envs import EnvRecipe, env_fingerprint
+
+
+def env_identity(python: str, recipe: EnvRecipe | None) -> dict[str, Any]:
+    if recipe is not None:
+        patches = dict(zip((p.name for p in recipe.patches), recipe.patch_sha, strict=True))
+        return {"recipe": recipe.digest, "patches": patches}
+    found = env_fingerprint(python)
+    return {"python": python, "python_version": found.get("python_version"),
+            "freeze": hashlib.sha256(json.dumps(found.get("freeze")).encode()).hexdigest()[:16]}
+
+
+def fingerprint(configs: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    blob = json.dumps({"configs": configs, "env": env}, sort_keys=True, default=str)
+    return {"key": hashlib.sha256(blob.encode()).hexdigest()[:16], "configs": configs, "env": env}

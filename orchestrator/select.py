@@ -1,0 +1,70 @@
+"""Which cells a rerun takes: named ids or patterns, the failed ones, or the stale ones."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, compose_config
+from .record import RECORD_NAME, UNFINISHED
+from .spec import CellSpec
+
+
+def recorded(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every cell that has a record under out_dir, by id."""
+    found = {}
+    for path in sorted((out_dir / "cells").glob(f"*/*/*/{RECORD_NAME}")):
+        data = json.loads(path.read_text())
+        found[data["cell"]] = data
+    return found
+
+
+def covering(cell_ids: list[str]) -> list[str]:
+    """Overrides for a matrix that holds every one of these cells (and is filtered to them afterwards)."""
+    axes: list[list[str]] = [[], [], []]
+    for cell_id in cell_ids:
+        for axis, name in zip(axes, cell_id.split("/"), strict=True):
+            if name not in axis:
+                axis.append(name)
+    policies, gpus, builds = (",".join(a) for a in axes)
+    return [f"matrix.policies=[{policies}]", f"matrix.gpus=[{gpus}]", f"matrix.torch=[{builds}]",
+            "matrix.include=[]", "matrix.exclude=[]"]
+
+
+def current_specs(cell_ids: list[str], overrides: list[str], config_dir: Path | None) -> dict[str, CellSpec]:
+    """The specs the current config gives these cells, fingerprinted."""
+    from .cells import resolve
+
+    if not cell_ids:
+        return {}
+    for cell_id in cell_ids:
+        if cell_id.count("/") != 2:
+            raise ConfigError(f"bad cell id {cell_id!r} (expected policy/gpu/torch)")
+    composed = compose_config([*overrides, *covering(cell_ids)], config_dir)
+    wanted = set(cell_ids)
+    return {s.id: s for s in resolve(composed, with_fingerprints=True) if s.id in wanted}
+
+
+def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overrides: list[str],
+           config_dir: Path | None) -> list[CellSpec]:
+    records = recorded(out_dir)
+    chosen: list[str] = []
+    for pattern in patterns:
+        hits = [c for c in records if fnmatch.fnmatchcase(c, pattern)]
+        if not hits and not any(ch in pattern for ch in "*?["):
+            hits = [pattern]  # a cell that never ran can be run by its id
+        if not hits:
+            raise ConfigError(f"no recorded cell matches {pattern!r} (recorded: {len(records)} cells under {out_dir})")
+        chosen += [c for c in hits if c not in chosen]
+    if failed:
+        chosen += [c for c, r in records.items() if r["status"] not in ("passed", *UNFINISHED) and c not in chosen]
+    specs = current_specs(sorted(set(chosen) | (set(records) if stale else set())), overrides, config_dir)
+    if stale:
+        chosen += [c for c, r in records.items() if c not in chosen and is_stale(r, specs[c])]
+    return [specs[c] for c in chosen]
+
+
+def is_stale(record: dict[str, Any], spec: CellSpec) -> bool:
+    return (record.get("fingerprint") or {}).get("key") != spec.fingerprint.get("key")
