@@ -93,7 +93,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
                 out_dir=str(Path(cfg.out_dir).expanduser().absolute()),
                 ckpt_dir=str(Path(cfg.ckpt_dir).expanduser().absolute()),
                 configs=configs,
-                recipe=cell["torch"] if recipe and not build.get("python") else None,
+                recipe=recipe if not build.get("python") else None,
                 fingerprint=fingerprint(configs, identities[cell["torch"]]) if with_fingerprints else {},
             )
         )

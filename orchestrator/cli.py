@@ -40,7 +40,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)  # overrides may sit on either side of --config-dir
+    unknown_options = [a for a in extra if a.startswith("-")]
+    if unknown_options:
+        parser.error(f"unrecognized arguments: {' '.join(unknown_options)}")
+    if hasattr(args, "overrides"):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        args.cells = [*args.cells, *extra]
     if args.command == "rerun":  # ids and overrides share the positional list: overrides have '='
         args.overrides = [a for a in args.cells if "=" in a]
         args.cells = [a for a in args.cells if "=" not in a]
@@ -91,7 +99,7 @@ def _launch(specs: list, composed, what: str) -> int:
     if launcher.name != "local":
         raise ConfigError(f"unknown launcher {launcher.name!r} (valid: local)")
     console.print(f"[bold]{len(specs)} cells[/] of {what} on launcher {launcher.name}, records under {out_dir}/cells/")
-    specs, refused = build_missing_envs(specs, composed, console)
+    specs, refused = build_missing_envs(specs, console)
     records = refused + sweep_local(specs, out_dir, int(launcher.parallel), float(launcher.poll_s), console)
     console.print(f"[bold]done:[/] {summarize(records)}")
     return 1 if any(r["status"] == "error" for r in records) else 0

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError
 from .record import write_json_atomic
 
 RECIPE_KEYS = ("python_version", "pip", "index_url", "lerobot", "transformers", "patches")
@@ -40,7 +39,7 @@ class EnvRecipe:
 
     @property
     def patch_sha(self) -> list[str]:
-        return [sha256(p) for p in self.patches]
+        return [sha256(p) if p.is_file() else "missing" for p in self.patches]
 
     @property
     def digest(self) -> str:
@@ -84,12 +83,12 @@ def recipe_of(name: str, build: dict[str, Any], config_dirs: list[Path], envs_di
 
 
 def _find_patch(build: str, patch: str, config_dirs: list[Path]) -> Path:
+    """The first config dir's copy of the patch; a missing one stops only the build that needs it."""
     candidates = [Path(patch)] if Path(patch).is_absolute() else [d / patch for d in config_dirs]
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
-    raise ConfigError(f"torch build {build!r}: patch {patch!r} not found (looked in: "
-                      f"{', '.join(str(c) for c in candidates)})")
+    return candidates[0]
 
 
 def find_interpreter(version: str) -> str:
@@ -116,6 +115,10 @@ def build_env(recipe: EnvRecipe, log: Any = None) -> Path:
     """Create the environment, install, patch, verify and fingerprint it; returns its python."""
     if recipe.built:
         return recipe.python
+    for patch in recipe.patches:
+        if not patch.is_file():
+            raise EnvBuildError(f"patch {patch} not found: download it there (for a pytorch PR: "
+                                f"https://github.com/pytorch/pytorch/pull/<N>.diff)")
     building = recipe.path
     shutil.rmtree(building, ignore_errors=True)
     building.parent.mkdir(parents=True, exist_ok=True)
@@ -159,9 +162,9 @@ def apply_patch(patch: Path, site: Path) -> None:
 def _failing_file(output: str) -> str:
     current = None
     for line in output.splitlines():
-        hit = re.match(r"(?:checking|patching) file (\S+)", line)
+        hit = re.match(r"(?:checking|patching) file (\S+)|\|?\+\+\+ b/(\S+)", line)
         if hit:
-            current = hit.group(1)
+            current = hit.group(1) or hit.group(2)
         if "FAILED" in line or "can't find file" in line or "No file to patch" in line or "Reversed" in line:
             return f"{current or '?'} ({line.strip()})"
     return output.strip().splitlines()[-1] if output.strip() else "unknown reason"

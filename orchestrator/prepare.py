@@ -9,21 +9,17 @@ from typing import Any
 
 from rich.console import Console
 
-from .cells import recipes
-from .config import Composed
 from .envs import EnvBuildError, build_env
 from .job import now
 from .record import Record, start_attempt, write_record
 from .spec import CellSpec
 
 
-def build_missing_envs(specs: list[CellSpec], composed: Composed,
-                       console: Console) -> tuple[list[CellSpec], list[dict[str, Any]]]:
+def build_missing_envs(specs: list[CellSpec], console: Console) -> tuple[list[CellSpec], list[dict[str, Any]]]:
     """The specs whose environment is ready, and the records of those whose environment failed to build."""
-    found = recipes(composed)
     failed: dict[str, str] = {}
-    for name in sorted({s.recipe for s in specs if s.recipe}):
-        recipe = found[name]
+    for recipe in {s.recipe.path: s.recipe for s in specs if s.recipe}.values():
+        name = recipe.name
         if recipe.built:
             continue
         console.print(f"building the environment of torch build {name} in {recipe.path} (uv)")
@@ -35,8 +31,8 @@ def build_missing_envs(specs: list[CellSpec], composed: Composed,
         except EnvBuildError as exc:
             failed[name] = f"{exc} (log: {log_path})"
             console.print(f"[red]torch build {name}: {exc}[/]")
-    records = [_refuse(s, failed[s.recipe]) for s in specs if s.recipe in failed]
-    return [s for s in specs if s.recipe not in failed], records
+    refused = [s for s in specs if s.recipe and s.recipe.name in failed]
+    return [s for s in specs if s not in refused], [_refuse(s, failed[s.recipe.name]) for s in refused]
 
 
 def _refuse(spec: CellSpec, reason: str) -> dict[str, Any]:

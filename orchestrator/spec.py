@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .envs import EnvRecipe
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -30,7 +32,7 @@ class CellSpec:
     out_dir: str
     ckpt_dir: str
     configs: dict[str, Any] = field(default_factory=dict)
-    recipe: str | None = None  # the torch build whose environment the sweep builds before submitting
+    recipe: EnvRecipe | None = None  # the environment the sweep builds before submitting, if not built
     fingerprint: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -1,0 +1,33 @@
+"""What collect needs from the composed config: knobs, labels, build fixes, table order and the catalog."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .catalog import Catalog
+
+DEFAULTS = {"at_limit": 0.9, "slow_below": 1.0, "margin_move": 0.1}
+
+
+@dataclass
+class Settings:
+    catalog: Catalog
+    out_dir: Path = Path("matrix_out")
+    at_limit: float = DEFAULTS["at_limit"]
+    slow_below: float = DEFAULTS["slow_below"]
+    margin_move: float = DEFAULTS["margin_move"]
+    gpu_labels: dict[str, str] = field(default_factory=dict)    # name -> table header ("A100 80GB (sm_80)")
+    build_fixes: dict[str, list[str]] = field(default_factory=dict)  # torch build -> its fixes, from the config
+    policies: list[str] = field(default_factory=list)  # table order; recorded ones not listed follow, sorted
+    gpus: list[str] = field(default_factory=list)
+    builds: list[str] = field(default_factory=list)
+    expected: list[tuple[str, str]] = field(default_factory=list)  # policy x gpu the matrix names ("—" if none)
+
+    def gpu_label(self, gpu: str) -> str:
+        return self.gpu_labels.get(gpu) or gpu
+
+    def gpu_short(self, gpu: str) -> str:
+        """The GPU's first word, as the seed writes it: "A100", "H100"."""
+        label = self.gpu_labels.get(gpu)
+        return label.split()[0] if label else gpu.upper()

@@ -1,0 +1,165 @@
+"""The ✅/🟡/❌ rules: each cell's failures and marks, then one row per policy x gpu.
+
+✅ pass     a stock build (a torch build whose `fixes` is empty) passed
+🟡 patched  no stock build passed, a patched one did (`build` names it, `fixes` shows its fixes)
+❌ fail     every build finished and none passed
+⏳ running  nothing passed yet and some builds are pending or running: in progress, not a failure
+— missing  the matrix names this policy x gpu and there is no record
+
+Statuses other than `passed` (failed, timeout, killed, error, oom, cancelled) do not pass. The numbers of a
+policy x gpu come from the cell that decided its symbol: the first stock build that passed; else the first
+patched build that passed; else the failed build that got as far as the check (smallest margin), else the first
+stock build. `failures` is every catalog id seen across the builds; `primary` only the deciding cell's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..record import UNFINISHED
+from .catalog import NEW, flag_column
+from .settings import Settings
+
+SYMBOLS = {"pass": "✅", "patched": "🟡", "fail": "❌", "running": "⏳", "missing": "—"}
+CELL_COLUMNS = ["id", "policy", "gpu", "torch", "status", "failed_step", "failures", "error", "max_diff",
+                "tolerance", "margin", "speedup", "peak_gpu_mib", "attempt", "versions", "fixes", "stock",
+                "slow", "at_limit", "straddle", "log"]
+MATRIX_COLUMNS = ["policy", "gpu", "symbol", "status", "build", "fixes", "failures", "primary", "max_diff",
+                  "tolerance", "margin", "speedup", "peak_gpu_mib", "slow", "at_limit", "in_progress", "builds",
+                  "new_error", "cell", "log"]
+
+
+def join_ids(flags: pd.DataFrame, ids: list[str]) -> pd.Series:
+    """Space-separated ids whose flag column is set, in catalog order, one string per row (vectorized)."""
+    text = pd.Series("", index=flags.index, dtype=object)
+    for failure_id in ids:
+        text = text + np.where(flags[flag_column(failure_id)].to_numpy(), failure_id + " ", "")
+    return text.str.rstrip()
+
+
+def first_line(text: pd.Series) -> pd.Series:
+    lines = text.fillna("").astype(str).str.strip().str.split("\n").str[0].str.strip()
+    return lines.where(lines != "", None)
+
+
+def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) -> pd.DataFrame:
+    """Each cell with its effective fixes, stock flag, marks (slow, at limit) and catalog flags."""
+    catalog = settings.catalog
+    df = cells.copy()
+    configured = df["torch"].map({name: " ".join(fixes) for name, fixes in settings.build_fixes.items()})
+    df["fixes"] = configured.fillna(df["fixes"]).fillna("").astype(str)
+    df["stock"] = df["fixes"].str.strip() == ""
+    df["passed"] = df["status"] == "passed"
+    df["unfinished"] = df["status"].isin(UNFINISHED)
+    df["failing"] = ~(df["passed"] | df["unfinished"])
+    ratio = (df["max_diff"] / df["tolerance"]).where(df["tolerance"] > 0)
+    df["margin"] = df["margin"].fillna(ratio)
+    df["straddle"] = df["id"].isin(_straddling(df, history))
+    df["at_limit"] = (df["margin"] >= settings.at_limit) | df["straddle"]
+    df["slow"] = df["speedup"] < settings.slow_below
+
+    flags = catalog.match_many(df["error"].where(df["failing"]))
+    by_error = [e.column for e in catalog.entries if e.patterns]
+    unmatched = df["failing"] & ~flags[by_error].any(axis=1)
+    if unmatched.any():  # no entry knows the error line: look in the log's tail
+        flags = flags | catalog.match_many(df["log_tail"].where(unmatched))
+    for failure_id in catalog.signal_ids("slow"):
+        flags[flag_column(failure_id)] |= df["slow"]
+    for failure_id in catalog.signal_ids("at_limit"):
+        flags[flag_column(failure_id)] |= df["at_limit"]
+    flags[flag_column(NEW)] = df["failing"] & ~flags[by_error].any(axis=1)
+    df = pd.concat([df, flags], axis=1)
+    df["failures"] = join_ids(df, [*catalog.ids, NEW])
+    fallback = "status " + df["status"] + (" in step " + df["failed_step"].fillna("")).where(df["failed_step"].notna(), "")
+    df["new_error"] = first_line(df["error"]).fillna(fallback).where(df[flag_column(NEW)])
+    return df
+
+
+def _straddling(df: pd.DataFrame, history: pd.DataFrame) -> pd.Index:
+    """Cells whose runs (this one and earlier attempts) landed on both sides of the tolerance."""
+    checks = pd.concat([df[["id", "max_diff", "tolerance"]], history[["id", "max_diff", "tolerance"]]])
+    checks = checks.dropna(subset=["max_diff", "tolerance"])
+    if checks.empty:
+        return pd.Index([])
+    over = checks["max_diff"] > checks["tolerance"]
+    sides = pd.DataFrame({"id": checks["id"], "over": over, "within": ~over}).groupby("id")[["over", "within"]].any()
+    return sides.index[sides["over"] & sides["within"]]
+
+
+def _ranks(names: pd.Series, order: list[str]) -> pd.Series:
+    """Position in the configured order; names the config does not list follow, sorted."""
+    extra = sorted(set(names) - set(order))
+    rank = {name: i for i, name in enumerate([*order, *extra])}
+    return names.map(rank).astype("int64")
+
+
+def axis_order(values: pd.Series | list[str], order: list[str]) -> list[str]:
+    present = set(values)
+    return [*(n for n in order if n in present), *sorted(present - set(order))]
+
+
+def build_matrix(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
+    """One row per policy x gpu (the recorded ones and the ones the matrix expects), with its symbol."""
+    catalog = settings.catalog
+    flag_columns = catalog.columns
+    keys = ["policy", "gpu"]
+    if df.empty:
+        decided = pd.DataFrame(columns=[*df.columns])
+    else:
+        priority = np.select(
+            [df["passed"] & df["stock"], df["passed"], df["failing"] & df["max_diff"].notna(),
+             df["failing"] & df["stock"], df["failing"]],
+            [0, 1, 2, 3, 4], 5)
+        ordered = df.assign(_priority=priority, _margin=np.where(priority == 2, df["margin"], 0.0),
+                            _build=_ranks(df["torch"], settings.builds))
+        ordered = ordered.sort_values([*keys, "_priority", "_margin", "_build", "torch"], kind="stable")
+        decided = ordered.drop_duplicates(keys, keep="first")
+    group_flags = df.assign(stock_pass=df["passed"] & df["stock"], patched_pass=df["passed"] & ~df["stock"],
+                            stock_unfinished=df["unfinished"] & df["stock"])
+    grouped = group_flags.groupby(keys, sort=False)
+    agg = grouped[["stock_pass", "patched_pass", "unfinished", "stock_unfinished", *flag_columns]].any()
+    agg["builds"] = grouped["torch"].size()
+    agg["new_error"] = grouped["new_error"].first()
+    agg["failures"] = join_ids(agg, [*catalog.ids, NEW])
+    decided = decided.set_index(keys)
+    matrix = agg.join(decided[["torch", "fixes", "failures", "max_diff", "tolerance", "margin", "speedup",
+                               "peak_gpu_mib", "slow", "at_limit", "id", "log"]], rsuffix="_decided")
+    matrix = matrix.rename(columns={"torch": "build", "failures_decided": "primary", "id": "cell"})
+    matrix["status"] = np.select([matrix["stock_pass"], matrix["patched_pass"], matrix["unfinished"]],
+                                 ["pass", "patched", "running"], "fail")
+    # A patched pass can still turn ✅ while a stock build runs; anything but ✅ can while any build runs.
+    matrix["in_progress"] = np.where(matrix["status"] == "pass", False,
+                                     np.where(matrix["status"] == "patched", matrix["stock_unfinished"],
+                                              matrix["unfinished"]))
+    matrix = matrix.reset_index()
+    present = set(zip(matrix["policy"], matrix["gpu"], strict=True))
+    missing = [pair for pair in settings.expected if pair not in present]
+    if missing:
+        blank = pd.DataFrame(missing, columns=keys).assign(status="missing", failures="", primary="", builds=0,
+                                                           slow=False, at_limit=False, in_progress=False)
+        matrix = pd.concat([matrix, blank], ignore_index=True) if len(matrix) else blank
+    matrix["symbol"] = matrix["status"].map(SYMBOLS)
+    matrix["fixes"] = matrix["fixes"].fillna("").astype(str).map(short_fixes)
+    for column in ("slow", "at_limit", "in_progress"):
+        matrix[column] = matrix[column].fillna(False).astype(bool)
+    matrix["builds"] = matrix["builds"].fillna(0).astype("int64")
+    for column in MATRIX_COLUMNS:
+        if column not in matrix:
+            matrix[column] = None
+    matrix = matrix.assign(_p=_ranks(matrix["policy"], settings.policies), _g=_ranks(matrix["gpu"], settings.gpus))
+    matrix = matrix.sort_values(["_p", "_g"], kind="stable")
+    return matrix[MATRIX_COLUMNS].reset_index(drop=True)
+
+
+def short_fixes(fixes: str) -> str:
+    """"pytorch/pytorch#202785 pytorch/pytorch#202925" -> "#202785 #202925"."""
+    return " ".join(f"#{fix.rsplit('#', 1)[1]}" if "#" in fix else fix for fix in fixes.split())
+
+
+def cells_table(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
+    """cells.csv: one row per cell, in table order."""
+    out = df.assign(_p=_ranks(df["policy"], settings.policies), _g=_ranks(df["gpu"], settings.gpus),
+                    _b=_ranks(df["torch"], settings.builds))
+    out = out.sort_values(["_p", "_g", "_b", "torch"], kind="stable")
+    return out[CELL_COLUMNS].reset_index(drop=True)

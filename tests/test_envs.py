@@ -1,0 +1,121 @@
+"""Torch builds from recipes: a real uv environment with a real patch to torch, fingerprints, stale reruns."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.envs import EnvBuildError, build_env, recipe_of
+
+from .conftest import STANDIN_BIN, cli, record, write
+
+TORCH_FILE = "torch/_export/serde/serialize.py"  # the file pytorch#202785 touches
+MARK = 'EXPORT_MATRIX_TEST_PATCH = "pytorch-202785-test"\n'
+
+
+def torch_patch(tmp_path: Path, anchor_shift: int = 0) -> Path:
+    """A git-style diff adding one line to serialize.py of the torch installed here (the same version)."""
+    import torch
+
+    source = (Path(torch.__file__).parent.parent / TORCH_FILE).read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(source) if line.startswith("import ")) + 1
+    changed = source[:at] + [MARK] + source[at:]
+    if anchor_shift:  # a patch written against other text: its context does not match
+        source = source[:at] + ["# not in torch\n"] + source[at:]
+        changed = source[:at] + [MARK] + source[at:]
+    diff = difflib.unified_diff(source, changed, f"a/{TORCH_FILE}", f"b/{TORCH_FILE}")
+    return write(tmp_path / ("bad.diff" if anchor_shift else "pytorch-202785-test.diff"), "".join(diff))
+
+
+@pytest.fixture(scope="module")
+def torch_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    import torch
+
+    root = tmp_path_factory.mktemp("envs")
+    patch = torch_patch(root)
+    build = {"python_version": "3.12", "pip": [f"torch=={torch.__version__.split('+')[0]}"],
+             "patches": [patch.name], "fixes": ["pytorch/pytorch#202785"]}
+    write(root / "conf" / "torch" / "patched.yaml", json.dumps(build))
+    (root / "conf" / patch.name).write_bytes(patch.read_bytes())
+    cli("env", "build", "patched", "--config-dir", str(root / "conf"), f"envs_dir={root / 'envs'}", timeout=1200)
+    (env,) = [p for p in (root / "envs").iterdir() if p.is_dir()]
+    return root, env, patch
+
+
+def test_patch_is_active_inside_the_built_env(torch_env: tuple[Path, Path, Path]) -> None:
+    import subprocess
+
+    _, env, _ = torch_env
+    done = subprocess.run([str(env / "bin/python"), "-c",
+                           "import torch._export.serde.serialize as s; print(s.EXPORT_MATRIX_TEST_PATCH)"],
+                          capture_output=True, text=True)
+    assert done.stdout.strip() == "pytorch-202785-test", done.stderr[-2000:]
+
+
+def test_fingerprint_has_freeze_and_patch_sha(torch_env: tuple[Path, Path, Path]) -> None:
+    import hashlib
+
+    _, env, patch = torch_env
+    found = json.loads((env / "export-matrix-env.json").read_text())
+    assert found["patches"] == {patch.name: hashlib.sha256(patch.read_bytes()).hexdigest()}
+    assert any(line.startswith("torch==") for line in found["freeze"]) and found["python_version"].startswith("3.12")
+
+
+def test_env_list_shows_built(torch_env: tuple[Path, Path, Path]) -> None:
+    root, env, _ = torch_env
+    done = cli("env", "list", "--config-dir", str(root / "conf"), f"envs_dir={root / 'envs'}")
+    assert any(line.split()[:2] == ["patched", "built"] and str(env) in line for line in done.stdout.splitlines())
+
+
+def test_patch_that_does_not_apply_fails_cleanly(torch_env: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    import torch
+
+    bad = torch_patch(tmp_path, anchor_shift=1)
+    recipe = recipe_of("bad", {"pip": [f"torch=={torch.__version__.split('+')[0]}"], "patches": [bad.name]},
+                       [tmp_path], tmp_path / "envs")
+    with pytest.raises(EnvBuildError, match=r"patch bad.diff does not apply: .*serialize.py") as caught:
+        build_env(recipe)
+    assert "\n" not in str(caught.value)
+    assert not recipe.path.exists() and not list((tmp_path / "envs").iterdir())
+
+
+def light_builds(conf: Path, lerobot: dict[str, str]) -> None:
+    """Recipe builds with tiny packages (no torch): the stand-in exporter needs none."""
+    for name, requirement in lerobot.items():
+        write(conf / "torch" / f"{name}.yaml", json.dumps({
+            "python_version": "3.12", "pip": [], "lerobot": requirement, "fixes": [],
+            "env": {"PATH": f"{STANDIN_BIN}:/usr/local/bin:/usr/bin:/bin"}}))
+
+
+def stale_cells(common: list[str]) -> set[str]:
+    rows = [line.split() for line in cli("status", *common).stdout.splitlines() if "/h100/" in line]
+    return {row[1] for row in rows if "stale" in row}
+
+
+def test_bump_makes_one_build_stale_and_reruns_touch_only_those(tmp_path: Path) -> None:
+    conf, out = tmp_path / "conf", tmp_path / "out"
+    light_builds(conf, {"stock": "six==1.16.0", "pr202785": "six==1.16.0"})
+    common = ["--config-dir", str(conf), f"out_dir={out}", f"envs_dir={tmp_path / 'envs'}", "launcher.poll_s=0.2"]
+    matrix = ["matrix=tracking", "matrix.policies=[lawam,flux3]", "matrix.gpus=[h100]",
+              "matrix.torch=[stock,pr202785]"]
+    cli("sweep", *common, *matrix)
+    cells = ["lawam/h100/stock", "lawam/h100/pr202785", "flux3/h100/stock", "flux3/h100/pr202785"]
+    assert all(record(out, c)["attempt"] == 1 and record(out, c)["fingerprint"]["key"] for c in cells)
+    assert stale_cells(common) == set()
+
+    light_builds(conf, {"pr202785": "six==1.17.0"})  # the branch bump of one build
+    assert stale_cells(common) == {"lawam/h100/pr202785", "flux3/h100/pr202785"}
+
+    cli("rerun", "--stale", *common)
+    assert {c: record(out, c)["attempt"] for c in cells} == {
+        "lawam/h100/stock": 1, "lawam/h100/pr202785": 2, "flux3/h100/stock": 1, "flux3/h100/pr202785": 2}
+    assert stale_cells(common) == set()
+    assert (out / "cells/flux3/h100/pr202785/attempts/1/record.json").exists()
+
+    cli("rerun", "flux3/h100/stock", *common)
+    assert record(out, "flux3/h100/stock")["attempt"] == 2 and record(out, "lawam/h100/stock")["attempt"] == 1
+    cli("rerun", "--failed", *common)  # lawam fails on builds without pytorch#202925 (row 8)
+    assert record(out, "lawam/h100/stock")["attempt"] == 2 and record(out, "flux3/h100/stock")["attempt"] == 2
