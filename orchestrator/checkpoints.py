@@ -18,7 +18,7 @@ from typing import Any
 from .process import run_logged
 from .record import write_json_atomic
 
-MAKE_RANDOM = Path(__file__).resolve().parent / "make_random.py"
+MAKE_RANDOM = Path(__file__).resolve().parent / "scripts" / "make_random.py"
 MARKER = "make_random.json"
 
 

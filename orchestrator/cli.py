@@ -31,6 +31,12 @@ def _parser() -> argparse.ArgumentParser:
     rerun.add_argument("--failed", action="store_true", help="every recorded cell that did not pass")
     rerun.add_argument("--stale", action="store_true", help="every cell whose config or environment changed")
     overrides(command("status", "show the recorded cells, with stale ones marked"))
+    collect = command("collect", "rebuild the tracking table (matrix.md, report.html, CSVs) from the records")
+    collect.add_argument("--into", type=Path, default=None, metavar="FILE",
+                         help="also put the table between FILE's export-matrix start/end markers")
+    collect.add_argument("--check", action="store_true",
+                         help="write nothing; exit 1 if FILE or out_dir's tables are out of date with the records")
+    overrides(collect)
     env = sub.add_parser("env", help="torch build environments").add_subparsers(dest="env_command", required=True)
     build = command("build", "create a torch build's environment from its recipe (uv, patches)", env)
     build.add_argument("name", help="the torch build's config name")
@@ -49,15 +55,19 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         args.cells = [*args.cells, *extra]
-    if args.command == "rerun":  # ids and overrides share the positional list: overrides have '='
-        args.overrides = [a for a in args.cells if "=" in a]
-        args.cells = [a for a in args.cells if "=" not in a]
+    if args.command == "rerun":  # ids and overrides share the positional list
+        args.overrides = [a for a in args.cells if _is_override(a)]
+        args.cells = [a for a in args.cells if not _is_override(a)]
     name = f"env_{args.env_command}" if args.command == "env" else args.command
     try:
         return COMMANDS[name](args)
     except ConfigError as exc:
         print(f"export-matrix: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _is_override(arg: str) -> bool:
+    return "=" in arg or arg.startswith(("~", "+"))
 
 
 def cmd_cells(args: argparse.Namespace) -> int:
@@ -77,7 +87,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
-    from .select import select
+    from .selection import select
 
     if not (args.cells or args.failed or args.stale):
         raise ConfigError("rerun needs cell ids or patterns, --failed or --stale")
@@ -110,6 +120,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     composed = compose_config(args.overrides, args.config_dir)
     return show_status(Path(composed.cfg.out_dir), args.overrides, args.config_dir)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from .collect import run_collect
+
+    return run_collect(args.overrides, args.config_dir, args.into, args.check)
 
 
 def cmd_env_build(args: argparse.Namespace) -> int:
@@ -157,7 +173,7 @@ def cmd_env_list(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"cells": cmd_cells, "sweep": cmd_sweep, "rerun": cmd_rerun, "status": cmd_status,
+COMMANDS = {"cells": cmd_cells, "sweep": cmd_sweep, "rerun": cmd_rerun, "status": cmd_status, "collect": cmd_collect,
             "env_build": cmd_env_build, "env_list": cmd_env_list}
 
 

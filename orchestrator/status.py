@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .launch import STATUS_STYLE
-from .select import current_specs, is_stale, recorded
+from .selection import current_specs, is_stale, recorded
 
 
 def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None) -> int:

@@ -25,8 +25,8 @@ SYMBOLS = {"pass": "✅", "patched": "🟡", "fail": "❌", "running": "⏳", "m
 CELL_COLUMNS = ["id", "policy", "gpu", "torch", "status", "failed_step", "failures", "error", "max_diff",
                 "tolerance", "margin", "speedup", "peak_gpu_mib", "attempt", "versions", "fixes", "stock",
                 "slow", "at_limit", "straddle", "log"]
-MATRIX_COLUMNS = ["policy", "gpu", "symbol", "status", "build", "fixes", "failures", "primary", "max_diff",
-                  "tolerance", "margin", "speedup", "peak_gpu_mib", "slow", "at_limit", "in_progress", "builds",
+MATRIX_COLUMNS = ["policy", "gpu", "symbol", "status", "build", "fixes", "failures", "primary", "error",
+                  "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "slow", "at_limit", "in_progress", "builds",
                   "new_error", "cell", "log"]
 
 
@@ -101,29 +101,46 @@ def axis_order(values: pd.Series | list[str], order: list[str]) -> list[str]:
 
 def build_matrix(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     """One row per policy x gpu (the recorded ones and the ones the matrix expects), with its symbol."""
-    catalog = settings.catalog
-    flag_columns = catalog.columns
     keys = ["policy", "gpu"]
-    if df.empty:
-        decided = pd.DataFrame(columns=[*df.columns])
-    else:
-        priority = np.select(
-            [df["passed"] & df["stock"], df["passed"], df["failing"] & df["max_diff"].notna(),
-             df["failing"] & df["stock"], df["failing"]],
-            [0, 1, 2, 3, 4], 5)
-        ordered = df.assign(_priority=priority, _margin=np.where(priority == 2, df["margin"], 0.0),
-                            _build=_ranks(df["torch"], settings.builds))
-        ordered = ordered.sort_values([*keys, "_priority", "_margin", "_build", "torch"], kind="stable")
-        decided = ordered.drop_duplicates(keys, keep="first")
+    matrix = _aggregate(df, settings) if len(df) else pd.DataFrame(columns=keys)
+    present = set(zip(matrix["policy"], matrix["gpu"], strict=True))
+    missing = [pair for pair in settings.expected if pair not in present]
+    if missing:
+        blank = pd.DataFrame(missing, columns=keys).assign(status="missing", failures="", primary="", builds=0,
+                                                           slow=False, at_limit=False, in_progress=False)
+        matrix = pd.concat([matrix, blank], ignore_index=True) if len(matrix) else blank
+    for column in MATRIX_COLUMNS:
+        if column not in matrix:
+            matrix[column] = None
+    matrix["symbol"] = matrix["status"].map(SYMBOLS)
+    matrix["fixes"] = matrix["fixes"].fillna("").astype(str).map(short_fixes)
+    for column in ("slow", "at_limit", "in_progress"):
+        matrix[column] = matrix[column].fillna(False).astype(bool)
+    matrix["builds"] = matrix["builds"].fillna(0).astype("int64")
+    matrix = matrix.assign(_p=_ranks(matrix["policy"], settings.policies), _g=_ranks(matrix["gpu"], settings.gpus))
+    matrix = matrix.sort_values(["_p", "_g"], kind="stable")
+    return matrix[MATRIX_COLUMNS].reset_index(drop=True)
+
+
+def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
+    catalog = settings.catalog
+    keys = ["policy", "gpu"]
+    priority = np.select(
+        [df["passed"] & df["stock"], df["passed"], df["failing"] & df["max_diff"].notna(),
+         df["failing"] & df["stock"], df["failing"]],
+        [0, 1, 2, 3, 4], 5)
+    ordered = df.assign(_priority=priority, _margin=np.where(priority == 2, df["margin"], 0.0),
+                        _build=_ranks(df["torch"], settings.builds))
+    ordered = ordered.sort_values([*keys, "_priority", "_margin", "_build", "torch"], kind="stable")
+    decided = ordered.drop_duplicates(keys, keep="first").set_index(keys)
     group_flags = df.assign(stock_pass=df["passed"] & df["stock"], patched_pass=df["passed"] & ~df["stock"],
                             stock_unfinished=df["unfinished"] & df["stock"])
     grouped = group_flags.groupby(keys, sort=False)
-    agg = grouped[["stock_pass", "patched_pass", "unfinished", "stock_unfinished", *flag_columns]].any()
+    agg = grouped[["stock_pass", "patched_pass", "unfinished", "stock_unfinished", *catalog.columns]].any()
     agg["builds"] = grouped["torch"].size()
     agg["new_error"] = grouped["new_error"].first()
     agg["failures"] = join_ids(agg, [*catalog.ids, NEW])
-    decided = decided.set_index(keys)
-    matrix = agg.join(decided[["torch", "fixes", "failures", "max_diff", "tolerance", "margin", "speedup",
+    matrix = agg.join(decided[["torch", "fixes", "failures", "error", "max_diff", "tolerance", "margin", "speedup",
                                "peak_gpu_mib", "slow", "at_limit", "id", "log"]], rsuffix="_decided")
     matrix = matrix.rename(columns={"torch": "build", "failures_decided": "primary", "id": "cell"})
     matrix["status"] = np.select([matrix["stock_pass"], matrix["patched_pass"], matrix["unfinished"]],
@@ -132,24 +149,7 @@ def build_matrix(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     matrix["in_progress"] = np.where(matrix["status"] == "pass", False,
                                      np.where(matrix["status"] == "patched", matrix["stock_unfinished"],
                                               matrix["unfinished"]))
-    matrix = matrix.reset_index()
-    present = set(zip(matrix["policy"], matrix["gpu"], strict=True))
-    missing = [pair for pair in settings.expected if pair not in present]
-    if missing:
-        blank = pd.DataFrame(missing, columns=keys).assign(status="missing", failures="", primary="", builds=0,
-                                                           slow=False, at_limit=False, in_progress=False)
-        matrix = pd.concat([matrix, blank], ignore_index=True) if len(matrix) else blank
-    matrix["symbol"] = matrix["status"].map(SYMBOLS)
-    matrix["fixes"] = matrix["fixes"].fillna("").astype(str).map(short_fixes)
-    for column in ("slow", "at_limit", "in_progress"):
-        matrix[column] = matrix[column].fillna(False).astype(bool)
-    matrix["builds"] = matrix["builds"].fillna(0).astype("int64")
-    for column in MATRIX_COLUMNS:
-        if column not in matrix:
-            matrix[column] = None
-    matrix = matrix.assign(_p=_ranks(matrix["policy"], settings.policies), _g=_ranks(matrix["gpu"], settings.gpus))
-    matrix = matrix.sort_values(["_p", "_g"], kind="stable")
-    return matrix[MATRIX_COLUMNS].reset_index(drop=True)
+    return matrix.reset_index()
 
 
 def short_fixes(fixes: str) -> str:

@@ -14,11 +14,14 @@ Steps, in order; each failure prints the traceback, then, as the last line,
   load   read the policy (and its saved pre/post processors) from the checkpoint, build a seeded (seed 0)
          example observation for its input_features, run it through the preprocessor, run eager inference.
   trace  torch.export of the whole action-chunk prediction, through a per-policy adapter
-         (policy_adapters.py): ACT's predict_action_chunk as is; Diffusion's denoising loop unrolled with
-         Python-int timesteps and the initial noise as an input (DDPM's per-step noise too).
+         (policy_adapters.py): ACT's predict_action_chunk as is (one `forward` method); Diffusion as two
+         methods, `encode` (observation -> global_cond) and `denoise_step` (one U-Net + scheduler step, the
+         step's timestep/coefficients/noise as inputs), with the initial noise as an input and the sampling
+         loop on the host (adapter.compose; the step table is in export_info.json).
   lower  ExecuTorch to_edge_transform_and_lower with the XNNPACK partitioner, then to_executorch.
   write  OUT/model.pte.
-  check  load OUT/model.pte with the ExecuTorch runtime, run it on the same inputs, compare the largest
+  check  load OUT/model.pte with the ExecuTorch runtime, run it (all its methods, composed as the adapter
+         says) on the same inputs, compare the largest
          absolute difference with eager against the tolerance. On success it prints
          `Exported policy test case: largest difference 2.20e-02 (tolerance 0.075)`; otherwise it raises
          `RuntimeError: The exported policy does not reproduce its test case (9.53e-02 > 0.075). Export it
@@ -175,14 +178,17 @@ class Export:
     def trace(self) -> None:
         import torch
 
-        module = self.adapter.module(self.names)
-        log("trace", "torch.export ...")
-        torch.manual_seed(0)
-        with torch.no_grad():
-            self.ep = torch.export.export(module, tuple(self.inputs))
-        nodes = sum(1 for _ in self.ep.graph.nodes)
-        self.info["graph_nodes"] = nodes
-        log("trace", f"exported program with {nodes} nodes")
+        self.eps = {}
+        self.info["graph_nodes"] = {}
+        for method, (module, args) in self.adapter.programs(self.names, self.named).items():
+            log("trace", f"torch.export {method}({', '.join(str(tuple(a.shape)) for a in args)}) ...")
+            torch.manual_seed(0)
+            with torch.no_grad():
+                ep = torch.export.export(module, args)
+            self.eps[method] = ep
+            nodes = sum(1 for _ in ep.graph.nodes)
+            self.info["graph_nodes"][method] = nodes
+            log("trace", f"{method}: exported program with {nodes} nodes")
 
     # lower -------------------------------------------------------------------------------------------
     def lower(self) -> None:
@@ -190,12 +196,13 @@ class Export:
         from executorch.exir import to_edge_transform_and_lower
 
         log("lower", "to_edge_transform_and_lower (XNNPACK) ...")
-        edge = to_edge_transform_and_lower(self.ep, partitioner=[XnnpackPartitioner()])
-        del self.ep
+        edge = to_edge_transform_and_lower(self.eps, partitioner=[XnnpackPartitioner()])
+        del self.eps
         log("lower", "to_executorch ...")
         self.program = edge.to_executorch()
         delegated, left = 0, collections.Counter()
-        for node in self.program.exported_program().graph.nodes:
+        nodes = [n for m in self.program.methods for n in self.program.exported_program(m).graph.nodes]
+        for node in nodes:
             if node.op == "call_function":
                 target = str(node.target)
                 if "executorch_call_delegate" in target:
@@ -227,11 +234,9 @@ class Export:
 
         log("check", "ExecuTorch runtime ...")
         program = Runtime.get().load_program(self.pte)
-        self.method = program.load_method("forward")
-        self._program = program  # keep alive while the method is used
-        outputs = self.method.execute(self.inputs)
-        got = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
-        got = torch.as_tensor(got).float()
+        self._program = program  # keep it alive while its methods are used
+        self.methods = {name: program.load_method(name) for name in sorted(program.method_names)}
+        got = torch.as_tensor(self.run_program()).float()
         if tuple(got.shape) != tuple(self.expected.shape):
             raise RuntimeError(
                 f"The exported policy returns shape {tuple(got.shape)}, eager {tuple(self.expected.shape)}."
@@ -248,13 +253,20 @@ class Export:
             flush=True,
         )
 
+    def run_program(self):
+        def run(method, args):
+            outputs = self.methods[method].execute(list(args))
+            return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+        return self.adapter.compose(dict(self.named), run)
+
     # time --------------------------------------------------------------------------------------------
     def time(self) -> None:
         runs = self.args.runs
         log("time", f"eager x {runs} ...")
         eager_ms = median_ms(self.eager, runs)
         log("time", f"exported x {runs} ...")
-        exported_ms = median_ms(lambda: self.method.execute(self.inputs), runs)
+        exported_ms = median_ms(self.run_program, runs)
         self.info["eager_ms"] = eager_ms
         self.info["exported_ms"] = exported_ms
         print(

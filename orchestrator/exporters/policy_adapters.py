@@ -3,8 +3,9 @@
 An adapter says, for one LeRobot policy type:
   - which tensors make up the example input (observation tensors, and noise where the policy samples it),
   - the eager reference: the policy's own public inference call (predict_action_chunk / select_action),
-  - the module to torch.export: an nn.Module that takes those tensors positionally and returns the same
-    action tensor with only traceable code (e.g. an unrolled, Python-int-timestep denoising loop).
+  - the program: one or more methods, each an nn.Module to torch.export with its example args, and how to
+    compose the methods' outputs into the action (`compose`; for most policies one `forward` method that
+    returns the action chunk; for Diffusion `encode` + `denoise_step` with the sampling loop on the host).
 
 The exporter compares the ExecuTorch program against the eager reference, so an adapter that drifts from
 the policy's real inference shows up as a failed check rather than passing silently.
@@ -79,32 +80,65 @@ class ChunkAdapter:
     def module(self, names: list[str]) -> nn.Module:
         return NamedInputs(self.policy, names, self._forward).eval()
 
+    def programs(self, names: list[str], named: dict[str, Tensor]) -> dict[str, tuple[nn.Module, tuple]]:
+        """Methods of the ExecuTorch program: name -> (module to torch.export, example args)."""
+        return {"forward": (self.module(names), tuple(named[k] for k in names))}
+
+    def compose(self, named: dict[str, Tensor], run: Callable[[str, list[Tensor]], list[Tensor]]) -> Tensor:
+        """The action from the program's methods; `run(method, args)` returns the method's outputs."""
+        return run("forward", list(named.values()))[0]
+
     def describe(self) -> dict:
         return {"adapter": self.name}
 
 
 class DiffusionAdapter(ChunkAdapter):
-    """Diffusion Policy: the denoising loop unrolled with Python-int timesteps; the initial noise is an input.
+    """Diffusion Policy: an `encode` method and a `denoise_step` method; the sampling loop runs on the host.
 
     The stock loop indexes the scheduler's alphas_cumprod with a tensor timestep, which torch.export cannot
-    guard on (GuardOnDataDependentSymNode). Here each step calls the same unet and the same diffusers
-    scheduler.step with a Python int, so the schedule becomes constants of the graph.
-    DDIM (eta = 0) draws no noise inside the loop. DDPM draws fresh noise at every step but the last; those
-    draws are an input too (`step_noise`), and the eager reference draws the same values from the global
-    RNG seeded identically, so both sides see the same numbers.
+    guard on (GuardOnDataDependentSymNode). One graph with the loop unrolled (Python-int timesteps) does
+    export, but XNNPACK then lowers and serializes the 250 M-parameter U-Net once per step: with 10 DDIM
+    steps the lowering ran for over 9 minutes at 12 GB RSS before it was stopped. So the program holds two
+    methods instead, each lowered once:
+
+        encode(<observation tensors>) -> global_cond
+        denoise_step(sample, global_cond, timestep (B,) int64, coef (6,), step_noise) -> next sample
+
+    and `compose` runs the loop: sample = noise; for each row of the step table, sample = denoise_step(...);
+    then the action slice [n_obs_steps - 1, + n_action_steps). The step table (timesteps and coefficients)
+    comes from the policy's diffusers scheduler (DDIM or DDPM, any num_inference_steps); each scheduler step
+    is written as
+        x0 = clamp(p * sample + q * model_output);  next = c * x0 + d * model_output + e * sample + s * noise
+    DDIM (eta = 0) draws no noise (s = 0). DDPM draws fresh noise at every step but the last: those draws are
+    an input (`step_noise`), and the eager reference draws the same values from the global RNG seeded
+    identically. The check compares the composed program against the policy's own predict_action_chunk.
     """
 
-    name = "diffusion_unrolled"
+    name = "diffusion_encode_and_step"
 
     def __init__(self, policy: nn.Module):
         super().__init__(policy)
         self.obs_steps = self.config.n_obs_steps
         model = policy.diffusion
-        model.noise_scheduler.set_timesteps(model.num_inference_steps)
-        self.timesteps = [int(t) for t in model.noise_scheduler.timesteps]
-        self.scheduler_type = type(model.noise_scheduler).__name__
-        # Steps that draw noise inside scheduler.step (DDPM: every t > 0; DDIM with eta = 0: none).
-        self.noisy_steps = sum(1 for t in self.timesteps if t > 0) if self.scheduler_type == "DDPMScheduler" else 0
+        scheduler = model.noise_scheduler
+        scheduler.set_timesteps(model.num_inference_steps)
+        self.timesteps = [int(t) for t in scheduler.timesteps]
+        self.scheduler_type = type(scheduler).__name__
+        if self.scheduler_type not in ("DDIMScheduler", "DDPMScheduler"):
+            raise NotImplementedError(f"No step table for {self.scheduler_type}")
+        if scheduler.config.thresholding:
+            raise NotImplementedError("Dynamic thresholding in the diffusion scheduler is not supported")
+        ddpm = self.scheduler_type == "DDPMScheduler"
+        coefs = []
+        for i, t in enumerate(self.timesteps):
+            if ddpm:
+                prev_t = self.timesteps[i + 1] if i + 1 < len(self.timesteps) else -1
+            else:
+                prev_t = t - scheduler.config.num_train_timesteps // scheduler.num_inference_steps
+            coefs.append(_step_coefficients(scheduler, t, prev_t, ddpm))
+        self.coef = torch.stack(coefs)  # (steps, 6)
+        self.noisy = [bool(c[5] != 0) for c in coefs]
+        self.clip = scheduler.config.clip_sample_range if scheduler.config.clip_sample else None
         self.noise_seed = 0
 
     def _noise_shape(self) -> tuple[int, int, int]:
@@ -112,10 +146,10 @@ class DiffusionAdapter(ChunkAdapter):
 
     def extra_inputs(self, batch, gen):
         extra = {"noise": torch.randn(self._noise_shape(), generator=gen)}
-        if self.noisy_steps:
+        if any(self.noisy):
             # Same draws, in the same order, as diffusers' randn_tensor makes from the global RNG in eager.
             torch.manual_seed(self.noise_seed)
-            extra["step_noise"] = torch.stack([torch.randn(self._noise_shape()) for _ in range(self.noisy_steps)])
+            extra["step_noise"] = torch.stack([torch.randn(self._noise_shape()) for _ in range(sum(self.noisy))])
         return extra
 
     def eager(self, named):
@@ -126,50 +160,112 @@ class DiffusionAdapter(ChunkAdapter):
         torch.manual_seed(self.noise_seed)
         return self.policy.predict_action_chunk(named, noise=noise)
 
-    def module(self, names):
-        adapter = self
+    def _obs_names(self, names):
+        return [k for k in names if k not in ("noise", "step_noise")]
 
-        def forward(policy, named):
-            cfg = policy.config
-            model = policy.diffusion
-            batch = {k: v for k, v in named.items() if k not in ("noise", "step_noise")}
-            if cfg.image_features:  # as predict_action_chunk does with empty queues
-                batch[OBS_IMAGES] = torch.stack([batch[k] for k in cfg.image_features], dim=-4)
-            global_cond = model._prepare_global_conditioning(batch)
-            sample = named["noise"]
-            step_noise = list(named["step_noise"].unbind(0)) if "step_noise" in named else []
-            scheduler = model.noise_scheduler
-            for t in adapter.timesteps:
-                timestep = torch.full(sample.shape[:1], t, dtype=torch.long)
-                model_output = model.unet(sample, timestep, global_cond=global_cond)
-                if adapter.noisy_steps and t > 0:
-                    sample = _ddpm_step(scheduler, model_output, t, sample, step_noise.pop(0))
-                else:
-                    sample = scheduler.step(model_output, t, sample).prev_sample
-            start = cfg.n_obs_steps - 1
-            return sample[:, start : start + cfg.n_action_steps]
+    def _step_table(self, named):
+        """Per step: timestep (B,), coefficients (6,), noise (B, horizon, action_dim)."""
+        draws = list(named["step_noise"].unbind(0)) if "step_noise" in named else []
+        zeros = torch.zeros(self._noise_shape())
+        rows = []
+        for t, coef, noisy in zip(self.timesteps, self.coef, self.noisy, strict=True):
+            rows.append((torch.full((1,), t, dtype=torch.long), coef, draws.pop(0) if noisy else zeros))
+        return rows
 
-        return NamedInputs(self.policy, names, forward).eval()
+    def programs(self, names, named):
+        obs_names = self._obs_names(names)
+
+        def encode(policy, obs):
+            batch = dict(obs)
+            if policy.config.image_features:  # as predict_action_chunk does with empty queues
+                batch[OBS_IMAGES] = torch.stack([batch[k] for k in policy.config.image_features], dim=-4)
+            return policy.diffusion._prepare_global_conditioning(batch)
+
+        step = DenoiseStep(self.policy.diffusion.unet, self.clip).eval()
+        with torch.no_grad():
+            global_cond = encode(self.policy, {k: named[k] for k in obs_names})
+        t, coef, noise = self._step_table(named)[0]
+        return {
+            "encode": (NamedInputs(self.policy, obs_names, encode).eval(), tuple(named[k] for k in obs_names)),
+            "denoise_step": (step, (named["noise"], global_cond, t, coef, noise)),
+        }
+
+    def compose(self, named, run):
+        (global_cond,) = run("encode", [named[k] for k in self._obs_names(list(named))])
+        sample = named["noise"]
+        for t, coef, noise in self._step_table(named):
+            (sample,) = run("denoise_step", [sample, global_cond, t, coef, noise])
+        start = self.config.n_obs_steps - 1
+        return sample[:, start : start + self.config.n_action_steps]
 
     def describe(self):
         return {
             "adapter": self.name,
+            "methods": ["encode", "denoise_step"],
             "scheduler": self.scheduler_type,
             "timesteps": self.timesteps,
-            "noisy_steps": self.noisy_steps,
+            "step_coefficients": [[float(x) for x in row] for row in self.coef],
+            "coefficient_order": "p q c d e s",
+            "clip_sample_range": self.clip,
+            "noisy_steps": sum(self.noisy),
         }
 
 
-def _ddpm_step(scheduler, model_output: Tensor, t: int, sample: Tensor, noise: Tensor) -> Tensor:
-    """diffusers DDPMScheduler.step with its randn_tensor draw replaced by `noise`."""
-    import diffusers.schedulers.scheduling_ddpm as ddpm
+class DenoiseStep(nn.Module):
+    """One scheduler step around the U-Net, with the step's constants as inputs (see DiffusionAdapter)."""
 
-    original = ddpm.randn_tensor
-    ddpm.randn_tensor = lambda *args, **kwargs: noise
-    try:
-        return scheduler.step(model_output, t, sample).prev_sample
-    finally:
-        ddpm.randn_tensor = original
+    def __init__(self, unet: nn.Module, clip: float | None):
+        super().__init__()
+        self.unet = unet
+        self.clip = clip
+
+    def forward(self, sample: Tensor, global_cond: Tensor, timestep: Tensor, coef: Tensor, noise: Tensor):
+        out = self.unet(sample, timestep, global_cond=global_cond)
+        x0 = coef[0] * sample + coef[1] * out
+        if self.clip is not None:
+            x0 = x0.clamp(-self.clip, self.clip)
+        return coef[2] * x0 + coef[3] * out + coef[4] * sample + coef[5] * noise
+
+
+def _step_coefficients(scheduler, t: int, prev_t: int, ddpm: bool) -> Tensor:
+    """(p, q, c, d, e, s) of one diffusers DDIM (eta = 0) or DDPM step, in float32 as diffusers computes."""
+    ac = scheduler.alphas_cumprod
+    a_t = ac[t]
+    if prev_t >= 0:
+        a_prev = ac[prev_t]
+    else:
+        a_prev = scheduler.one if ddpm else scheduler.final_alpha_cumprod
+    b_t = 1 - a_t
+    zero, one = torch.zeros(()), torch.ones(())
+    kind = scheduler.config.prediction_type
+    # x0 = p * sample + q * out; epsilon = em * out + ex * sample (from the unclipped x0, as diffusers does)
+    if kind == "epsilon":
+        p, q, em, ex = 1 / a_t**0.5, -(b_t**0.5) / a_t**0.5, one, zero
+    elif kind == "sample":
+        p, q, em, ex = zero, one, -(a_t**0.5) / b_t**0.5, 1 / b_t**0.5
+    elif kind == "v_prediction":
+        p, q, em, ex = a_t**0.5, -(b_t**0.5), a_t**0.5, b_t**0.5
+    else:
+        raise NotImplementedError(f"prediction_type {kind}")
+    if not ddpm:
+        c, d, e, s = a_prev**0.5, (1 - a_prev) ** 0.5 * em, (1 - a_prev) ** 0.5 * ex, zero
+    else:
+        cur_alpha = a_t / a_prev
+        cur_beta = 1 - cur_alpha
+        c, d, e = a_prev**0.5 * cur_beta / b_t, zero, cur_alpha**0.5 * (1 - a_prev) / b_t
+        variance = torch.clamp((1 - a_prev) / (1 - a_t) * cur_beta, min=1e-20)
+        vt = scheduler.config.variance_type
+        if t == 0:
+            s = zero
+        elif vt == "fixed_small":
+            s = variance**0.5
+        elif vt == "fixed_small_log":
+            s = torch.exp(0.5 * torch.log(variance))
+        elif vt == "fixed_large":
+            s = cur_beta**0.5
+        else:
+            raise NotImplementedError(f"DDPM variance_type {vt}")
+    return torch.stack([torch.as_tensor(x, dtype=torch.float32) for x in (p, q, c, d, e, s)])
 
 
 class QueuedChunkAdapter(ChunkAdapter):

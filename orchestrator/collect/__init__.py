@@ -1,0 +1,175 @@
+"""`export-matrix collect`: rebuild the tracking table from the records alone.
+
+Reads every DIR/cells/<policy>/<gpu>/<torch>/record.json and writes, each atomically, DIR/cells.csv (one row per
+cell), DIR/matrix.csv (one row per policy x gpu, with its ✅/🟡/❌), DIR/matrix.md (GitHub Markdown for the tracking
+issue), DIR/report.html (the same, each cell linking to its log) and DIR/changes.md (what changed since the
+previous collect, also printed). `--into FILE` puts matrix.md between FILE's export-matrix markers; `--check`
+writes nothing and exits 1 when FILE or DIR's tables are out of date with the records.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..config import Composed, ConfigError, axis_list, compose_config, to_plain
+from . import changes as changes_md
+from . import render_html, render_md
+from .catalog import load_catalog
+from .records import load_records
+from .settings import DEFAULTS, Settings
+from .splice import splice_file
+from .status import build_matrix, cells_table, classify_cells
+
+OUTPUTS = ("cells.csv", "matrix.csv", "matrix.md", "report.html")
+CHANGES = "changes.md"
+
+
+@dataclass
+class Collected:
+    cells: pd.DataFrame  # classified, one row per cell
+    matrix: pd.DataFrame  # one row per policy x gpu
+    outputs: dict[str, str]  # file name under DIR -> its text
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def settings_from(composed: Composed, overrides: list[str]) -> Settings:
+    """Knobs, table order, labels and build fixes from the composed config; the catalog from its config dirs."""
+    from ..cells import expand
+
+    cfg = composed.cfg
+    knobs = {**DEFAULTS, **(to_plain(cfg.get("collect")) or {})}
+    named = any(o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == "matrix" for o in overrides)
+    settings = Settings(catalog=load_catalog(composed.config_dirs), out_dir=Path(cfg.out_dir),
+                        at_limit=float(knobs["at_limit"]), slow_below=float(knobs["slow_below"]),
+                        margin_move=float(knobs["margin_move"]))
+    _add_axes(settings, cfg)
+    if named:  # only a matrix the user names says which cells should exist ("—" when they have no record)
+        settings.policies = axis_list(cfg.matrix, "policies")
+        settings.expected = list(dict.fromkeys((c["policy"], c["gpu"]) for c in expand(cfg.matrix)))
+    return settings
+
+
+def _add_axes(settings: Settings, cfg) -> None:
+    for name in cfg.get("gpus") or {}:
+        settings.gpu_labels.setdefault(name, str(cfg.gpus[name].get("label") or name))
+        if name not in settings.gpus:
+            settings.gpus.append(name)
+    for name in cfg.get("builds") or {}:
+        settings.build_fixes.setdefault(name, [str(f) for f in (cfg.builds[name].get("fixes") or [])])
+        if name not in settings.builds:
+            settings.builds.append(name)
+
+
+def _complete_axes(settings: Settings, composed: Composed, overrides: list[str], config_dir: Path | None,
+                   cells: pd.DataFrame) -> None:
+    """Labels and fixes of recorded GPUs and builds that the selected matrix does not name, where the config
+    still knows them (otherwise the GPU's name is its header and the record's own fixes count)."""
+    gpus = [g for g in sorted(set(cells["gpu"])) if g not in settings.gpus and g in composed.options["gpu"]]
+    builds = [b for b in sorted(set(cells["torch"])) if b not in settings.builds and b in composed.options["torch"]]
+    if not gpus and not builds:
+        return
+    extra = [f"matrix.gpus=[{','.join([*settings.gpus, *gpus])}]",
+             f"matrix.torch=[{','.join([*settings.builds, *builds])}]", "matrix.include=[]", "matrix.exclude=[]"]
+    try:
+        wider = compose_config([*overrides, *extra], config_dir)
+    except ConfigError:
+        return
+    _add_axes(settings, wider.cfg)
+
+
+def collect(out_dir: Path, settings: Settings) -> Collected:
+    """Everything a collect writes, computed in memory from the records under out_dir."""
+    timings = {}
+    start = time.perf_counter()
+    cells, history = load_records(out_dir)
+    timings["read"] = time.perf_counter() - start
+    return tables(cells, history, settings, timings)
+
+
+def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
+           timings: dict[str, float] | None = None) -> Collected:
+    timings = timings if timings is not None else {}
+    start = time.perf_counter()
+    classified = classify_cells(cells, history, settings)
+    matrix = build_matrix(classified, settings)
+    timings["tables"] = time.perf_counter() - start
+    start = time.perf_counter()
+    summary = render_md.summarize(matrix, classified, settings)
+    outputs = {
+        "cells.csv": cells_table(classified, settings).to_csv(index=False, lineterminator="\n"),
+        "matrix.csv": matrix.to_csv(index=False, lineterminator="\n"),
+        "matrix.md": render_md.render(matrix, classified, settings, summary),
+        "report.html": render_html.render(matrix, classified, settings, summary),
+    }
+    timings["render"] = time.perf_counter() - start
+    return Collected(cells=classified, matrix=matrix, outputs=outputs, timings=timings)
+
+
+def write_text_atomic(path: Path, text: str | bytes) -> None:
+    """Write through a temp file in the same directory and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode() if isinstance(text, str) else text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        else:
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _stale(path: Path, expected: str | bytes) -> bool:
+    try:
+        current = path.read_bytes()
+    except FileNotFoundError:
+        return True
+    return current != (expected.encode() if isinstance(expected, str) else expected)
+
+
+def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None = None, check: bool = False) -> int:
+    composed = compose_config(overrides, config_dir)
+    settings = settings_from(composed, overrides)
+    out_dir = Path(composed.cfg.out_dir)
+    if not (out_dir / "cells").is_dir() and not settings.expected:
+        raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")
+    cells, history = load_records(out_dir)
+    _complete_axes(settings, composed, overrides, config_dir, cells)
+    done = tables(cells, history, settings)
+    spliced = splice_file(into, done.outputs["matrix.md"]) if into is not None else None  # fails before writing
+    if check:
+        stale = [name for name, text in done.outputs.items() if _stale(out_dir / name, text)]
+        if spliced is not None and spliced[0] != spliced[1]:
+            stale.append(str(into))
+        if stale:
+            print(f"export-matrix: out of date with the {len(cells)} records under {out_dir}/cells: "
+                  f"{', '.join(stale)} (run collect without --check)", file=sys.stderr)
+            return 1
+        print(f"up to date: {len(cells)} records, {', '.join(OUTPUTS)}" + (f", {into}" if into else ""),
+              file=sys.stderr)
+        return 0
+    lines = changes_md.changes(changes_md.read_previous(out_dir / "matrix.csv"), done.matrix, settings)
+    for name, text in done.outputs.items():
+        write_text_atomic(out_dir / name, text)
+    write_text_atomic(out_dir / CHANGES, changes_md.render(lines))
+    if spliced is not None and spliced[0] != spliced[1]:
+        write_text_atomic(into, spliced[1])
+    print(changes_md.render(lines), end="")
+    counts = done.matrix["symbol"].value_counts()
+    print(f"collected {len(cells)} records into {len(done.matrix)} policy × GPU cells "
+          f"({', '.join(f'{counts[s]} {s}' for s in ('✅', '🟡', '❌', '⏳', '—') if s in counts)}): "
+          f"{', '.join(str(out_dir / n) for n in (*OUTPUTS, CHANGES))}" + (f", {into}" if into else ""),
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,291 @@
+"""matrix.md: the tracking table as GitHub Markdown, to paste into the tracking issue as it is.
+
+The matrix (one row per policy, one column per GPU), the failures no catalog entry knows, the failure summary
+(the seed's table, rebuilt from the catalog and the cells seen), the "Policy to failure:" line, then the torch
+builds and versions the records carry. No timestamps: the same records give the same bytes (`--check`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .catalog import NEW, Catalog, flag_column, id_key
+from .settings import Settings
+
+LEGEND = ("✅ passes on stock torch · 🟡 passes only with a patched build (its fixes named) · ❌ fails on every "
+          "build (failure ids) · ⏳ in progress · — no record. Numbers: largest difference / tolerance of the cell "
+          "that decided the symbol; *slow*: exported slower than eager (speedup); *at limit*: difference at "
+          "{at_limit:g} of the tolerance or more, or repeated runs on both sides of it.")
+MAX_ERROR_CHARS = 300
+MAX_CELLS_LISTED = 5
+_LONE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|~$])")
+
+
+def md_text(text: object, limit: int | None = None) -> str:
+    """Text that cannot break a Markdown table or line: one line, Markdown and HTML characters escaped."""
+    flat = " ".join(str(text).split())
+    if limit and len(flat) > limit:
+        flat = flat[:limit - 1] + "…"
+    flat = _MD_SPECIAL.sub(r"\\\1", flat)
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _LONE_UNDERSCORE.sub(r"\\_", flat)
+
+
+def num(value: float | None) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3g}"
+
+
+def cell_text(row: dict) -> str:
+    """`✅ 0.022 / 0.075`, `🟡 #202785 · 0.022 / 0.075`, `❌ 5 7 · 0.0953 / 0.075 · at limit`, `❌ 3`, `—`."""
+    status = row["status"]
+    if status == "missing":
+        return "—"
+    label = {"patched": row["fixes"] or row["build"], "fail": row["failures"], "running": "running"}.get(status)
+    head = row["symbol"] + (f" {label}" if label else "")
+    pieces = [head]
+    if num(row["max_diff"]) and num(row["tolerance"]):
+        numbers = f"{num(row['max_diff'])} / {num(row['tolerance'])}"
+        if label:
+            pieces.append(numbers)
+        else:
+            pieces[0] = f"{head} {numbers}"
+    if row["slow"]:
+        pieces.append(f"slow {row['speedup']:.2f}×")
+    if row["at_limit"]:
+        pieces.append("at limit")
+    if row["in_progress"] and status != "running":
+        pieces.append("⏳")
+    return " · ".join(pieces)
+
+
+@dataclass
+class Summary:
+    """What both renderings show under the matrix, computed once."""
+
+    policies: list[str]
+    gpus: list[str]
+    grid: dict[tuple[str, str], dict]
+    new_failures: list[tuple[str, list[str]]]  # (first error line, cell ids)
+    failure_rows: list[tuple[str, str, str, str, str]]  # (#, failure, policies, repro, fixed by)
+    policy_line: str
+    builds: list[tuple[str, str, list[tuple[str, int]]]]  # (build, fixes text, [(versions text, cells)])
+    gpu_versions: list[tuple[str, str]]
+
+
+def summarize(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings) -> Summary:
+    policies = list(dict.fromkeys(matrix["policy"]))
+    gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(set(matrix["gpu"]))]) if g in set(matrix["gpu"])]
+    grid = {(row["policy"], row["gpu"]): row for row in matrix.to_dict("records")}
+    return Summary(policies=policies, gpus=gpus, grid=grid, new_failures=new_failures(cells),
+                   failure_rows=failure_rows(matrix, settings), policy_line=policy_to_failure(matrix, cells, settings),
+                   builds=build_versions(cells, settings), gpu_versions=gpu_versions(cells, settings))
+
+
+def new_failures(cells: pd.DataFrame) -> list[tuple[str, list[str]]]:
+    new = cells.loc[cells[flag_column(NEW)], ["new_error", "id"]]
+    if new.empty:
+        return []
+    grouped = new.groupby("new_error", sort=False)["id"].agg(list)
+    return [(str(error), ids) for error, ids in grouped.items()]
+
+
+def _seen_on(matrix: pd.DataFrame) -> tuple[dict[str, set[str]], dict[tuple[str, str], set[str]]]:
+    """Each policy's recorded GPUs, and the GPUs where each (policy, failure id) was seen."""
+    recorded = matrix[matrix["status"] != "missing"]
+    gpus: dict[str, set[str]] = defaultdict(set)
+    seen: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for policy, gpu, failures in zip(recorded["policy"], recorded["gpu"], recorded["failures"], strict=True):
+        gpus[policy].add(gpu)
+        for failure_id in str(failures or "").split():
+            seen[(policy, failure_id)].add(gpu)
+    return gpus, seen
+
+
+def _gpu_note(where: set[str], everywhere: set[str], settings: Settings) -> str | None:
+    if not where or where >= everywhere:
+        return None
+    return " and ".join(settings.gpu_short(g) for g in sorted(where, key=_order(settings.gpus)))
+
+
+def _order(order: list[str]):
+    rank = {name: i for i, name in enumerate(order)}
+    return lambda name: (rank.get(name, len(rank)), name)
+
+
+def failure_rows(matrix: pd.DataFrame, settings: Settings) -> list[tuple[str, str, str, str, str]]:
+    """The seed's summary table: every catalog entry with the policies seen hitting it (GPU noted when only some)."""
+    gpus, seen = _seen_on(matrix)
+    rows = []
+    for entry in settings.catalog.entries:
+        names = []
+        for policy in sorted(p for p in gpus if (p, entry.id) in seen):
+            note = _gpu_note(seen[(policy, entry.id)], gpus[policy], settings)
+            names.append(f"{policy} ({note})" if note else policy)
+        rows.append((entry.id, entry.title, ", ".join(names) or "none yet", entry.repro, entry.fixed_by))
+    return rows
+
+
+def policy_to_failure(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings) -> str:
+    """The seed's "Policy to failure:" line.
+
+    A policy's main failures are those of the cells that decided its symbols (`primary`); failures seen only on
+    other builds (the ones a patched build got past) follow as "and 7 on stock torch". A GPU is named when a
+    failure is seen on some of the policy's GPUs only. Policies with the same text share a clause; clauses are
+    ordered by their lowest failure id.
+    """
+    catalog = settings.catalog
+    recorded = matrix[matrix["status"] != "missing"]
+    everywhere: dict[str, set[str]] = defaultdict(set)
+    primary: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    secondary: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for policy, gpu, main, every in zip(recorded["policy"], recorded["gpu"], recorded["primary"],
+                                        recorded["failures"], strict=True):
+        everywhere[policy].add(gpu)
+        main_ids = set(str(main or "").split())
+        for failure_id in str(every or "").split():
+            (primary if failure_id in main_ids else secondary)[policy][failure_id].add(gpu)
+    notes = _build_notes(cells)
+    clauses: dict[str, list[str]] = {}
+    first_id: dict[str, tuple] = {}
+    for policy in everywhere:
+        main, other = dict(primary.get(policy, {})), dict(secondary.get(policy, {}))
+        if not main and not other:
+            continue
+        if not main:
+            main, other = other, {}
+        other = {k: v for k, v in other.items() if k not in main}
+        text = _describe(policy, main, other, everywhere[policy], notes, catalog, settings)
+        clauses.setdefault(text, []).append(policy)
+        key = min(id_key(i) for i in main)
+        first_id[text] = min(first_id.get(text, key), key)
+    if not clauses:
+        return "Policy to failure: none."
+    parts = []
+    for text in sorted(clauses, key=lambda t: first_id[t]):  # stable: ties keep table order
+        hoist, body = text.split("\0")
+        parts.append(f"{', '.join(sorted(clauses[text]))}{hoist}: {body}.")
+    return "Policy to failure: " + " ".join(parts)
+
+
+def _describe(policy: str, primary: dict[str, set[str]], secondary: dict[str, set[str]], everywhere: set[str],
+              build_notes: dict[tuple[str, str], str], catalog: Catalog, settings: Settings) -> str:
+    """A clause without its policy names: "<hoisted GPU>\\0<failures>"."""
+    main = sorted(primary, key=id_key)
+    notes = {i: _gpu_note(primary[i], everywhere, settings) for i in main}
+    hoist = ""
+    if len(set(notes.values())) == 1 and notes[main[0]]:
+        hoist, notes = f" ({notes[main[0]]})", dict.fromkeys(main)
+    words = []
+    for failure_id in main:
+        word = failure_id
+        entry = catalog.by_id.get(failure_id)
+        if entry is not None and entry.signal == "slow":
+            word += " (slow, not failing)"
+        if notes[failure_id]:
+            word += f" on the {notes[failure_id]}"
+        words.append(word)
+    body = ", ".join(words)
+    by_builds: dict[str, list[str]] = defaultdict(list)
+    for failure_id in sorted(secondary, key=id_key):
+        by_builds[build_notes.get((policy, failure_id), "other builds")].append(failure_id)
+    for note, ids in by_builds.items():
+        body += f", and {', '.join(ids)} on {note}"
+    return f"{hoist}\0{body}"
+
+
+def _build_notes(cells: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """Where each (policy, failure id) was seen, in words: "stock torch" when it hit every stock build the policy
+    ran, else "torch <build names>"."""
+    if cells.empty:
+        return {}
+    stock_builds = cells.loc[cells["stock"]].groupby("policy")["torch"].agg(frozenset)
+    flags = [c for c in cells.columns if c.startswith("f:")]
+    hits = cells.melt(id_vars=["policy", "torch", "stock"], value_vars=flags, var_name="flag", value_name="hit")
+    hits = hits[hits["hit"]]
+    notes = {}
+    for (policy, flag), group in hits.groupby(["policy", "flag"], sort=False):
+        builds = frozenset(group["torch"])
+        stock = stock_builds.get(policy, frozenset())
+        failure_id = flag[2:]
+        if stock and stock <= builds:
+            notes[(policy, failure_id)] = "stock torch"
+        else:
+            notes[(policy, failure_id)] = "torch " + ", ".join(sorted(builds))
+    return notes
+
+
+def build_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, str, list[tuple[str, int]]]]:
+    """Each torch build, its fixes, and the distinct versions its records carry (with how many cells)."""
+    if cells.empty:
+        return []
+    counts = cells.groupby(["torch", "versions"], sort=False).size()
+    out: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for (build, versions), count in counts.items():
+        data = json.loads(versions) if versions else {}
+        shown = [f"{k} {data[k]}" for k in ("torch", "executorch", "lerobot", "transformers", "python")
+                 if data.get(k)]
+        shown += [f"{k} {v}" for k, v in sorted(data.items())
+                  if k not in {"torch", "executorch", "lerobot", "transformers", "python"}
+                  and not k.startswith("gpu_") and v]
+        out[build].append((", ".join(shown) or "no versions recorded", int(count)))
+    fixes = dict(zip(cells["torch"], cells["fixes"], strict=True))
+    result = []
+    for build in sorted(out, key=_order(settings.builds)):
+        fix_text = ", ".join(fixes[build].split())
+        result.append((build, f"with {fix_text}" if fix_text else "stock torch", sorted(out[build], key=lambda v: -v[1])))
+    return result
+
+
+def gpu_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, str]]:
+    """What NVML reported for each GPU column: name, capability, driver."""
+    if cells.empty:
+        return []
+    result = []
+    for gpu, group in cells.groupby("gpu", sort=False)["versions"]:
+        seen = []
+        for versions in group.unique():
+            data = json.loads(versions) if versions else {}
+            text = ", ".join(str(data[k]) if k != "gpu_driver" else f"driver {data[k]}"
+                             for k in ("gpu_name", "gpu_capability", "gpu_driver") if data.get(k))
+            if text and text not in seen:
+                seen.append(text)
+        if seen:
+            result.append((gpu, "; ".join(seen)))
+    return sorted(result, key=lambda item: _order(settings.gpus)(item[0]))
+
+
+def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summary: Summary | None = None) -> str:
+    summary = summary or summarize(matrix, cells, settings)
+    lines = [f"<!-- export-matrix collect: {len(cells)} records; rebuilt from them, edits here are overwritten -->"]
+    lines.append("| policy | " + " | ".join(md_text(settings.gpu_label(g)) for g in summary.gpus) + " |")
+    lines.append("| --- |" + " --- |" * len(summary.gpus))
+    for policy in summary.policies:
+        texts = [md_text(cell_text(summary.grid[(policy, g)])) if (policy, g) in summary.grid else ""
+                 for g in summary.gpus]
+        lines.append(f"| {md_text(policy)} | " + " | ".join(texts) + " |")
+    lines += ["", LEGEND.format(at_limit=settings.at_limit)]
+    if summary.new_failures:
+        lines += ["", "**New failures** (no entry of the failure catalog matches them):", ""]
+        for error, ids in summary.new_failures:
+            shown = ", ".join(md_text(i) for i in ids[:MAX_CELLS_LISTED])
+            more = f" and {len(ids) - MAX_CELLS_LISTED} more" if len(ids) > MAX_CELLS_LISTED else ""
+            lines.append(f"- {md_text(error, MAX_ERROR_CHARS)} ({shown}{more})")
+    lines += ["", "| # | Failure | Policies | Repro | Fixed by |", "| --- | --- | --- | --- | --- |"]
+    lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in summary.failure_rows]
+    lines += ["", md_text(summary.policy_line)]
+    if summary.builds:
+        lines += ["", "Torch builds:", ""]
+        for build, fixes, versions in summary.builds:
+            shown = "; ".join(f"{v} ({n} cells)" if len(versions) > 1 else v for v, n in versions)
+            lines.append(f"- {md_text(build)} ({md_text(fixes)}): {md_text(shown)}")
+    if summary.gpu_versions:
+        lines += ["", "GPUs:", ""]
+        lines += [f"- {md_text(settings.gpu_label(g))}: {md_text(text)}" for g, text in summary.gpu_versions]
+    return "\n".join(lines) + "\n"
