@@ -188,7 +188,10 @@ def env_fingerprint(python: str) -> dict[str, Any]:
     script = ("import importlib.metadata as m, json, platform; print(json.dumps({'python_version': "
               "platform.python_version(), 'freeze': sorted(f\"{d.metadata['Name']}=={d.version}\" "
               "for d in m.distributions())}))")
-    done = subprocess.run([python, "-c", script], capture_output=True, text=True)
+    try:
+        done = subprocess.run([python, "-c", script], capture_output=True, text=True)
+    except OSError:
+        return {"missing": python}
     if done.returncode != 0:
         return {"missing": python}
     return json.loads(done.stdout)
