@@ -25,12 +25,20 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("overrides", nargs="*", help="Hydra overrides: matrix=tracking out_dir=DIR key=value ...")
 
     overrides(command("cells", "print the selected matrix's cells, one id a line (the dry run)"))
-    overrides(command("sweep", "run every cell of the selected matrix and write its record"))
+    sweep = command("sweep", "run every cell of the selected matrix and write its record")
+    overrides(sweep)
     rerun = command("rerun", "run again the named cells (ids or patterns), the failed ones or the stale ones")
+    for p in (sweep, rerun):  # launcher=slurm: submit and return, unless --wait
+        p.add_argument("--wait", action="store_true", help="launcher=slurm: block until every submitted cell ended")
+        p.add_argument("--force", action="store_true",
+                       help="launcher=slurm: cancel and submit again cells whose jobs are still pending or running")
     rerun.add_argument("cells", nargs="*", help="cell ids or patterns (wall_x/a100/*), then Hydra overrides")
     rerun.add_argument("--failed", action="store_true", help="every recorded cell that did not pass")
     rerun.add_argument("--stale", action="store_true", help="every cell whose config or environment changed")
-    overrides(command("status", "show the recorded cells, with stale ones marked"))
+    overrides(command("status", "show the recorded cells, with stale ones marked (Slurm jobs asked through sacct)"))
+    wait = command("wait", "follow a Slurm sweep (DIR/manifest.json) until every cell has ended")
+    wait.add_argument("--poll-s", type=float, default=None, help="seconds between sacct calls (default: the sweep's)")
+    overrides(wait)
     collect = command("collect", "rebuild the tracking table (matrix.md, report.html, CSVs) from the records")
     collect.add_argument("--into", type=Path, default=None, metavar="FILE",
                          help="also put the table between FILE's export-matrix start/end markers")
@@ -83,7 +91,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     composed = compose_config(args.overrides, args.config_dir)
     specs = resolve(composed, with_fingerprints=True)
-    return _launch(specs, composed, f"matrix {composed.choices.get('matrix')}")
+    return _launch(specs, composed, f"matrix {composed.choices.get('matrix')}", args.wait, args.force)
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
@@ -96,20 +104,24 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if not specs:
         Console(stderr=True).print("nothing to rerun")
         return 0
-    return _launch(specs, composed, "rerun")
+    return _launch(specs, composed, "rerun", args.wait, args.force)
 
 
-def _launch(specs: list, composed, what: str) -> int:
+def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = False) -> int:
     from .launch import summarize, sweep_local
     from .prepare import build_missing_envs
 
     launcher = composed.cfg.launcher
     out_dir = Path(composed.cfg.out_dir)
     console = Console(stderr=True)
-    if launcher.name != "local":
-        raise ConfigError(f"unknown launcher {launcher.name!r} (valid: local)")
+    if launcher.name not in ("local", "slurm"):
+        raise ConfigError(f"unknown launcher {launcher.name!r} (valid: local, slurm)")
     console.print(f"[bold]{len(specs)} cells[/] of {what} on launcher {launcher.name}, records under {out_dir}/cells/")
     specs, refused = build_missing_envs(specs, console)
+    if launcher.name == "slurm":
+        from .slurm import launch_slurm
+
+        return launch_slurm(specs, refused, out_dir, launcher, what, wait, force, console)
     records = refused + sweep_local(specs, out_dir, int(launcher.parallel), float(launcher.poll_s), console)
     console.print(f"[bold]done:[/] {summarize(records)}")
     return 1 if any(r["status"] == "error" for r in records) else 0
@@ -120,6 +132,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     composed = compose_config(args.overrides, args.config_dir)
     return show_status(Path(composed.cfg.out_dir), args.overrides, args.config_dir)
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    from .slurm import wait_command
+
+    composed = compose_config(args.overrides, args.config_dir)
+    return wait_command(Path(composed.cfg.out_dir), args.poll_s, args.overrides, args.config_dir)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -174,7 +193,7 @@ def cmd_env_list(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"cells": cmd_cells, "sweep": cmd_sweep, "rerun": cmd_rerun, "status": cmd_status, "collect": cmd_collect,
-            "env_build": cmd_env_build, "env_list": cmd_env_list}
+            "wait": cmd_wait, "env_build": cmd_env_build, "env_list": cmd_env_list}
 
 
 if __name__ == "__main__":

@@ -69,13 +69,32 @@ def probe_versions(spec: CellSpec, env: dict[str, str]) -> dict[str, Any]:
     return {**json.loads(done.stdout.strip().splitlines()[-1]), **gpu.describe()}
 
 
-def run_cell(spec: CellSpec, attempt: int = 1) -> dict[str, Any]:
+class Preempted(Exception):
+    """Slurm preempted the job again after its requeues were spent (the Slurm launcher raises it on USR2)."""
+
+
+def current_job_id() -> str | None:
+    """The job's id as Slurm and submitit name it: `A_i` for a task of an array."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+
+
+def current_step(record: Record) -> str:
+    """The step an attempt had reached when it was stopped from outside: the export once its command is set."""
+    if record.command:
+        return "export"
+    return "make_random" if "make_random" in record.logs else "setup"
+
+
+def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> dict[str, Any]:
     """Run one cell and return its record (also written to the cell's record.json)."""
     cell_dir = spec.cell_dir
     cell_dir.mkdir(parents=True, exist_ok=True)
     record = Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu, torch=spec.torch, exporter=spec.exporter,
-                    attempt=attempt, fixes=list(spec.fixes), started_at=now(),
-                    job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"))
+                    attempt=attempt, fixes=list(spec.fixes), started_at=now(), job_id=current_job_id(),
+                    requeues=requeues)
     earlier = read_record(cell_dir)
     if earlier is not None and earlier.job_id and not record.job_id:
         record.job_id = earlier.job_id
@@ -85,6 +104,8 @@ def run_cell(spec: CellSpec, attempt: int = 1) -> dict[str, Any]:
         _run_steps(spec, record, cell_dir)
     except StepInterrupted as exc:
         record.status, record.error = "cancelled", str(exc)
+    except Preempted as exc:
+        record.status, record.error, record.failed_step = "failed", str(exc), current_step(record)
     except Exception as exc:  # the job body broke: still leave a record that says how
         record.status = "error"
         record.error = last_error_line(traceback.format_exception(exc)[-1].splitlines(), spec.parse["exception"])

@@ -55,6 +55,7 @@ class Record:
     log_tail: str | None = None
     fingerprint: dict[str, Any] = field(default_factory=dict)
     job_id: str | None = None
+    requeues: int = 0  # times Slurm ran this attempt again after a preemption or node failure
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

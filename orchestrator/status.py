@@ -1,7 +1,15 @@
-"""`export-matrix status`: the recorded cells as a table, stale ones marked."""
+"""`export-matrix status`: the recorded cells as a table, stale ones marked.
+
+Where a Slurm sweep left `DIR/manifest.json`, every job in it is asked about in one `sacct` call; jobs that ended
+without finishing their record get one from Slurm's state and their log (orchestrator/slurm.py), and cells whose
+job is still pending or running show that.
+"""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -10,21 +18,46 @@ from rich.table import Table
 from .launch import STATUS_STYLE
 from .selection import current_specs, is_stale, recorded
 
+SHOWN_STYLE = {**STATUS_STYLE, "pending": "dim", "running": "cyan", "requeued": "cyan", "suspended": "dim"}
+
 
 def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None) -> int:
+    from .slurm import manifest_path, poll
+
+    errors = Console(stderr=True)
+    jobs = {}
+    if manifest_path(out_dir).exists():
+        try:
+            jobs = {c.cell: c for c in poll(out_dir)}
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            errors.print(f"[yellow]could not ask Slurm about the sweep's jobs ({exc}); showing the records[/]")
     records = recorded(out_dir)
-    if not records:
-        Console(stderr=True).print(f"no records under {out_dir}/cells/")
+    for cell_id, state in jobs.items():  # poll wrote the records it settled; a cell may have none yet
+        if state.record is not None:
+            records[cell_id] = state.record
+    cells = sorted(set(records) | set(jobs))
+    if not cells:
+        errors.print(f"no records under {out_dir}/cells/")
         return 0
     specs = current_specs(sorted(records), [o for o in overrides if not o.startswith("matrix")], config_dir)
-    table = Table(title=f"{len(records)} cells under {out_dir}")
-    for column in ("cell", "status", "attempt", "step", "max_diff / tol", "stale"):
+    shown: Counter[str] = Counter()
+    table = Table(title=f"{len(cells)} cells under {out_dir}")
+    columns = ("cell", "status", "attempt", "step", "max_diff / tol", *(("job", "slurm") if jobs else ()), "stale")
+    for column in columns:
         table.add_column(column)
-    for cell_id, record in records.items():
-        status = record["status"]
+    for cell_id in cells:
+        record, job = records.get(cell_id) or {}, jobs.get(cell_id)
+        status = job.shown if job else record.get("status", "missing")
+        shown[status] += 1
         diff = f"{record['max_diff']:.2e} / {record['tolerance']:g}" if record.get("max_diff") is not None else ""
-        stale = "stale" if cell_id in specs and is_stale(record, specs[cell_id]) else ""
-        table.add_row(cell_id, f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]", str(record.get("attempt")),
-                      record.get("failed_step") or "", diff, f"[yellow]{stale}[/]")
-    Console().print(table)
+        stale = "stale" if cell_id in specs and record and is_stale(record, specs[cell_id]) else ""
+        slurm = ()
+        if jobs:
+            state = job.job.state if job and job.job else ("SUBMITTED" if job and job.active else "")
+            slurm = ((job.entry or {}).get("job_id", "") if job else "", state)
+        table.add_row(cell_id, f"[{SHOWN_STYLE.get(status, 'white')}]{status}[/]", str(record.get("attempt", "")),
+                      record.get("failed_step") or "", diff, *slurm, f"[yellow]{stale}[/]")
+    table.caption = "  ".join(f"{n} {s}" for s, n in sorted(shown.items()))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
     return 0
+
