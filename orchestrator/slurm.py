@@ -13,6 +13,7 @@ import fcntl
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from typing import Any
 
 import submitit
 from rich.console import Console
-from submitit.core.utils import DelayedSubmission
+from submitit.core.utils import DelayedSubmission, UncompletedJobError
 
 from .job import Preempted, current_step, now, run_cell
 from .launch import job_timeout_min, prepare
@@ -96,12 +97,16 @@ def signature_key(res: dict[str, Any]) -> tuple:
 class CellJob(submitit.helpers.Checkpointable):
     """A cell's Slurm job: `run_cell`, requeued once through submitit's checkpointing if Slurm preempts it.
 
-    submitit's Slurm jobs get `--signal=USR2@signal_delay_s`; its handler takes USR2 as a preemption or, late in
-    the job, a timeout, calls `checkpoint()` and requeues the job with the pickle it returns. Near the time limit
-    this job lets USR2 pass, so Slurm's own SIGTERM at the limit ends it and sacct says TIMEOUT (the cell's
-    record: `timeout`); the executor's max_num_timeout=0 keeps submitit from ever requeuing a timed-out job.
-    Otherwise USR2 is a preemption: the first `max_requeues` go through submitit (checkpoint, `scontrol requeue`,
-    exit) and the job runs again from the start with `requeues` + 1; the next one fails the cell. A job that
+    submitit's Slurm jobs get `--signal=USR2@signal_delay_s`. submitit's own USR2 handler calls `checkpoint()`
+    and requeues the job with the pickle it returns, after guessing "timed out" from the wall time (any USR2 in
+    the last 20 % of the limit, or in the last 10 minutes) and counting such timeouts against max_num_timeout;
+    left alone, it would requeue a timed-out checkpointable job max_num_timeout times. So this job puts its own
+    handler in front while the cell runs: USR2 within signal_delay_s (+ Slurm's up to 60 s of slack) of the time
+    limit is let pass, and Slurm's SIGTERM at the limit ends the job: sacct says TIMEOUT, the record `timeout`.
+    An earlier USR2 is a preemption: the first `max_requeues` go to submitit's handler (checkpoint() below,
+    `scontrol requeue`, exit) and the job runs again from the start with `requeues` + 1; the next fails the cell.
+    `checkpoint()` itself declines near the limit and once the requeues are spent, and the executor's
+    max_num_timeout=1 only keeps submitit's timeout guess from vetoing a preemption late in a job. A job that
     Slurm requeued by itself (node failure, PreemptMode=REQUEUE) counts too, through SLURM_RESTART_COUNT.
     """
 
@@ -140,7 +145,10 @@ class CellJob(submitit.helpers.Checkpointable):
                             f"(max_requeues={self.max_requeues})")
         print(f"[export-matrix] USR2: preempted; requeue {self.requeues + 1} of {self.max_requeues}",
               file=sys.stderr, flush=True)
-        self._delegate(signum, frame)  # submitit: checkpoint() below, `scontrol requeue`, exit
+        try:
+            self._delegate(signum, frame)  # submitit: checkpoint() below, `scontrol requeue`, exit
+        except UncompletedJobError as exc:  # submitit declined to requeue
+            raise Preempted(f"the job was preempted and not requeued: {exc}") from exc
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission | None:
         if self.requeues >= self.max_requeues or self._near_time_limit():
@@ -453,7 +461,7 @@ class Submitted:
 
 
 def _executor(out_dir: Path, settings: SlurmSettings) -> submitit.AutoExecutor:
-    kwargs: dict[str, Any] = {"slurm_max_num_timeout": 0}
+    kwargs: dict[str, Any] = {"slurm_max_num_timeout": 1}  # see CellJob: the requeue decisions are its own
     if settings.python:
         kwargs["slurm_python"] = settings.python
     return submitit.AutoExecutor(folder=Path(out_dir) / SUBMITIT_DIR / "%j", cluster="slurm", **kwargs)
@@ -536,7 +544,9 @@ def _submit_array(out_dir: Path, settings: SlurmSettings, res: dict[str, Any], g
         "cpus_per_task": res["cpus_per_task"], "slurm_partition": res["partition"], "slurm_gres": res["gres"],
         "slurm_constraint": res["constraint"], "slurm_array_parallelism": settings.array_parallelism,
         "slurm_signal_delay_s": settings.signal_delay_s,
-        "slurm_additional_parameters": dict(settings.sbatch) or None, "slurm_setup": list(settings.setup) or None,
+        # --requeue: Slurm may run a job again after a node failure or a preemption (CellJob counts the runs)
+        "slurm_additional_parameters": {"requeue": True, **settings.sbatch},
+        "slurm_setup": list(settings.setup) or None,
     }
     if res["mem_gb"]:
         params["mem_gb"] = float(res["mem_gb"])
@@ -605,8 +615,12 @@ def wait_for(out_dir: Path, poll_s: float | None, console: Console, only: list[s
 def launch_slurm(specs: list[CellSpec], refused: list[dict[str, Any]], out_dir: Path, launcher: Any, what: str,
                  wait: bool, force: bool, console: Console) -> int:
     """`sweep launcher=slurm`: submit, write the manifest, and return (or follow the cells with `wait`)."""
+    from .config import ConfigError
     from .launch import summarize
 
+    missing = [tool for tool in ("sbatch", "srun", "sacct") if shutil.which(tool) is None]
+    if missing:
+        raise ConfigError(f"launcher=slurm needs {', '.join(missing)} on PATH (no Slurm client here)")
     out_dir = Path(out_dir).absolute()
     settings = SlurmSettings.from_config(launcher)
     done = submit_sweep(specs, out_dir, settings, what, console, force)
@@ -633,6 +647,10 @@ def wait_command(out_dir: Path, poll_s: float | None, overrides: list[str], conf
     if not manifest_path(out_dir).exists():
         console.print(f"no Slurm sweep under {out_dir} ({MANIFEST} is missing)")
         return 2
-    cells = wait_for(out_dir, poll_s, console)
+    try:
+        cells = wait_for(out_dir, poll_s, console)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        console.print(f"[red]export-matrix: error: could not ask Slurm about the sweep's jobs: {exc}[/]")
+        return 2
     show_status(out_dir, overrides, config_dir)
     return 1 if any(c.record and c.record["status"] == "error" for c in cells) else 0

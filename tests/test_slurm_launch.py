@@ -220,11 +220,12 @@ def test_faults_end_with_the_right_records(standin_conf: Path, ckpt_dir: Path, s
     sweep("flux3", "h100", hang("flux3"), "+policies.flux3.slurm={time_min:1}")  # the time limit: the long pole
     sweep("lawam", "h100", hang("lawam"))  # kill -9 of the job process
     sweep("lawam", "a100", hang("lawam"))  # scancel
-    sweep("act", "a100", hang("act"))  # preempted (USR2), requeued, preempted again
+    sweep("act", "a100", hang("act"))  # preempted (USR2): requeued through submitit; preempted again: failed
+    sweep("wall_x", "a100", hang("wall_x"), *act_checkpoints("wall_x"))  # requeued by Slurm itself, twice
     sweep("act", "h100", hang("act"))  # swept again while running, then with --force
     sweep("flux3", "a100", "exporter=hog", "gpus.a100.slurm.mem_gb=0.5", conf=hog_conf)  # over its memory
-    assert len(manifest(out)["cells"]) == 6 and len(manifest(out)["sweeps"]) == 6
-    for cell in ("lawam/h100/stock", "lawam/a100/stock", "act/a100/stock", "act/h100/stock"):
+    assert len(manifest(out)["cells"]) == 7 and len(manifest(out)["sweeps"]) == 7
+    for cell in ("lawam/h100/stock", "lawam/a100/stock", "act/a100/stock", "act/h100/stock", "wall_x/a100/stock"):
         until(lambda c=cell: pid_file(c).exists(), 120, f"{cell}'s exporter")
 
     job_process = int(Path(f"/proc/{pid_file('lawam/h100/stock').read_text()}/stat").read_text().split()[3])
@@ -239,18 +240,26 @@ def test_faults_end_with_the_right_records(standin_conf: Path, ckpt_dir: Path, s
     assert "--force" in forced.stderr and sbatch_calls(sbatch_log) == calls + 1
     assert job_of("act/h100/stock") != first_job
 
-    preempted = job_of("act/a100/stock")
-    first_run = pid_file("act/a100/stock").stat().st_mtime
-    subprocess.run(["scancel", "--signal=USR2", preempted], check=True)
-    until(lambda: squeue_state(preempted) == "PENDING", 60, "the requeued job to be pending")
-    subprocess.run(["scontrol", "update", f"jobid={preempted}", "starttime=now"], check=True)
-    until(lambda: record(out, "act/a100/stock")["requeues"] == 1 and pid_file("act/a100/stock").exists()
-          and pid_file("act/a100/stock").stat().st_mtime > first_run, 120, "the requeued job's second run")
-    subprocess.run(["scancel", "--signal=USR2", preempted], check=True)
+    def requeue(cell: str, command: list[str], runs: int) -> None:
+        """Stop the cell's running job with `command`, which requeues it, and release it at once (Slurm holds a
+        requeued job ~2 min); wait for its next run's exporter unless this was its last run."""
+        job, before = job_of(cell), pid_file(cell).stat().st_mtime
+        subprocess.run([*command, job], check=True)
+        until(lambda: squeue_state(job) == "PENDING", 60, f"{cell}'s requeued job to be pending")
+        subprocess.run(["scontrol", "update", f"jobid={job}", "starttime=now"], check=True)
+        if runs:
+            until(lambda: record(out, cell)["requeues"] == runs and pid_file(cell).exists()
+                  and pid_file(cell).stat().st_mtime > before, 120, f"{cell}'s run {runs + 1}")
+
+    usr2 = ["scancel", "--signal=USR2"]
+    requeue("act/a100/stock", usr2, 1)  # submitit's handler: checkpoint(), `scontrol requeue`, exit
+    subprocess.run([*usr2, job_of("act/a100/stock")], check=True)  # requeues spent: the cell fails
+    requeue("wall_x/a100/stock", ["scontrol", "requeue"], 1)  # as Slurm does after a node failure
+    requeue("wall_x/a100/stock", ["scontrol", "requeue"], 0)  # its third run gives up at once
 
     done = xm(sbatch_log, "wait", f"out_dir={out}", "--poll-s", "1", timeout=240)
     assert time.monotonic() - start < 200
-    assert "6/6" in done.stderr
+    assert "7/7" in done.stderr
 
     killed = record(out, "lawam/h100/stock")
     assert (killed["status"], killed["failed_step"]) == ("failed", "export")
@@ -264,9 +273,12 @@ def test_faults_end_with_the_right_records(standin_conf: Path, ckpt_dir: Path, s
     twice = record(out, "act/a100/stock")
     assert (twice["status"], twice["failed_step"], twice["requeues"]) == ("failed", "export", 1)
     assert "preempted again after 1 requeue" in twice["error"]
-    history = subprocess.run(["sacct", "-X", "-D", "-n", "-P", "-o", "State", "-j", preempted],
+    history = subprocess.run(["sacct", "-X", "-D", "-n", "-P", "-o", "State", "-j", job_of("act/a100/stock")],
                              capture_output=True, text=True).stdout.split()
-    assert history[0] == "REQUEUED" and len(history) == 2, history
+    assert history == ["REQUEUED", "COMPLETED"], history
+    gave_up = record(out, "wall_x/a100/stock")
+    assert (gave_up["status"], gave_up["requeues"]) == ("failed", 2)
+    assert gave_up["error"].startswith("Slurm ran the job 3 times (preemption or node failure)")
     oom = record(out, "flux3/a100/stock")
     assert (oom["status"], oom["failed_step"]) == ("oom", "export") and "OUT_OF_MEMORY" in oom["error"]
     forced_cell = record(out, "act/h100/stock")
@@ -275,7 +287,8 @@ def test_faults_end_with_the_right_records(standin_conf: Path, ckpt_dir: Path, s
     assert earlier["status"] == "cancelled" and earlier["job_id"] == first_job
 
 
-def test_slurm_and_local_give_the_same_records(slurm_tracking: dict, local_tracking) -> None:
+def test_slurm_and_local_give_the_same_records_and_matrix(slurm_tracking: dict, local_tracking, standin_conf: Path,
+                                                           sbatch_log: Path) -> None:
     slurm_out, local_out = slurm_tracking["out"], local_tracking()
     cells = sorted(manifest(slurm_out)["cells"])
     assert len(cells) == 36
@@ -283,3 +296,10 @@ def test_slurm_and_local_give_the_same_records(slurm_tracking: dict, local_track
         on_slurm, here = record(slurm_out, cell), record(local_out, cell)
         assert {k: on_slurm[k] for k in COMPARED} == {k: here[k] for k in COMPARED}, cell
         assert on_slurm["fingerprint"]["key"] == here["fingerprint"]["key"], cell
+    tables = {}
+    for out in (slurm_out, local_out):
+        xm(sbatch_log, "collect", "--config-dir", str(standin_conf), f"out_dir={out}", "matrix=tracking",
+           f"matrix.policies=[{','.join(SEEDED)}]")
+        tables[out] = {name: (out / name).read_text().replace(str(out), "DIR")
+                       for name in ("matrix.md", "matrix.csv")}
+    assert tables[slurm_out] == tables[local_out]
