@@ -5,7 +5,7 @@
 Writes synthetic record.json trees (the real schema, ~3 KB each like a real record with its fingerprint and log
 tail; the seed's messages, passes, slow passes, timeouts, unknown errors and running cells, seeded) under DIR
 (a temp dir by default), then times each phase of a collect: compose the config, read the records, the pandas
-tables, rendering, writing the outputs. Reading is timed both with the thread pool and with one thread. Prints a
+tables, rendering, writing the outputs. Reading is timed with one thread (the default) and with 4. Prints a
 table and the growth factor per 10x records, and writes bench/results/collect.json. The files are freshly
 written, so they are in the page cache: a cold read from network storage will be slower.
 """
@@ -124,11 +124,11 @@ def bench(root: Path, count: int) -> dict:
     settings.build_fixes = {k: list(v) for k, v in BUILDS.items()}
     timings["compose"] = time.perf_counter() - start
     start = time.perf_counter()
-    load_records(root, workers=1)
-    timings["read_1_thread"] = time.perf_counter() - start
-    start = time.perf_counter()
-    cells, history = load_records(root)
+    cells, history = load_records(root, settings.read_threads)
     timings["read"] = time.perf_counter() - start
+    start = time.perf_counter()
+    load_records(root, workers=4)
+    timings["read_4_threads"] = time.perf_counter() - start
     done = tables(cells, history, settings, timings)
     start = time.perf_counter()
     for name in OUTPUTS:
@@ -145,24 +145,27 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
     parser.add_argument("--dir", type=Path, default=None, help="where the synthetic trees go (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the synthetic trees")
+    parser.add_argument("--reuse", type=Path, default=None,
+                        help="time the trees a --keep run left in this folder (<DIR>/<size>/) instead of writing new")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "collect.json")
     args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="collect-bench-", dir=args.dir))
+    base = args.reuse or Path(tempfile.mkdtemp(prefix="collect-bench-", dir=args.dir))
+    keep = args.keep or args.reuse is not None
     results = []
     try:
         for count in args.sizes:
             root = base / str(count)
-            made = generate(root, count)
+            made = 0.0 if args.reuse else generate(root, count)
             result = bench(root, count)
             result["generate_s"] = round(made, 2)
             results.append(result)
-            print(f"{count:>7} records  read {result['read']:6.2f} s (1 thread {result['read_1_thread']:6.2f} s)  "
+            print(f"{count:>7} records  read {result['read']:6.2f} s (4 threads {result['read_4_threads']:6.2f} s)  "
                   f"tables {result['tables']:5.2f} s  render {result['render']:5.2f} s  write {result['write']:5.2f} s"
                   f"  compose {result['compose']:4.2f} s  total {result['total']:6.2f} s", flush=True)
-            if not args.keep:
+            if not keep:
                 shutil.rmtree(root)
     finally:
-        if not args.keep:
+        if not keep:
             shutil.rmtree(base, ignore_errors=True)
     growth = [{"from": a["records"], "to": b["records"], "total_x": round(b["total"] / a["total"], 2),
                "read_x": round(b["read"] / a["read"], 2),

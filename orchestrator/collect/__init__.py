@@ -48,7 +48,7 @@ def settings_from(composed: Composed, overrides: list[str]) -> Settings:
     named = any(o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == "matrix" for o in overrides)
     settings = Settings(catalog=load_catalog(composed.config_dirs), out_dir=Path(cfg.out_dir),
                         at_limit=float(knobs["at_limit"]), slow_below=float(knobs["slow_below"]),
-                        margin_move=float(knobs["margin_move"]))
+                        margin_move=float(knobs["margin_move"]), read_threads=int(knobs["read_threads"]))
     _add_axes(settings, cfg)
     if named:  # only a matrix the user names says which cells should exist ("—" when they have no record)
         settings.policies = axis_list(cfg.matrix, "policies")
@@ -88,7 +88,7 @@ def collect(out_dir: Path, settings: Settings) -> Collected:
     """Everything a collect writes, computed in memory from the records under out_dir."""
     timings = {}
     start = time.perf_counter()
-    cells, history = load_records(out_dir)
+    cells, history = load_records(out_dir, settings.read_threads)
     timings["read"] = time.perf_counter() - start
     return tables(cells, history, settings, timings)
 
@@ -145,7 +145,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     out_dir = Path(composed.cfg.out_dir)
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")
-    cells, history = load_records(out_dir)
+    cells, history = load_records(out_dir, settings.read_threads)
     _complete_axes(settings, composed, overrides, config_dir, cells)
     done = tables(cells, history, settings)
     spliced = splice_file(into, done.outputs["matrix.md"]) if into is not None else None  # fails before writing

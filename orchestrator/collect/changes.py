@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .catalog import NEW, id_key
 from .render_md import md_text, num
 from .settings import Settings
 
@@ -50,7 +51,9 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
         summary = ", ".join(f"{counts[s]} {s}" for s in ("✅", "🟡", "❌", "⏳", "—") if s in counts)
         return [f"first collect: {len(matrix)} policy × GPU cells ({summary or 'none'})"]
     now = matrix.astype({"failures": str}).fillna({"failures": "", "new_error": ""})
+    now = now.assign(order=range(len(now)))
     merged = now.merge(previous, on=KEYS, how="outer", suffixes=("", "_was"), indicator="state")
+    merged = merged.sort_values("order", kind="stable", na_position="last")  # table order; dropped cells last
     lines = []
     for row in merged.itertuples(index=False):
         where = f"{row.policy} on {settings.gpu_short(row.gpu)}"
@@ -60,12 +63,12 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
         was_symbol = row.symbol_was if row.state == "both" else "—"
         if row.symbol != was_symbol:
             lines.append(f"{where}: {was_symbol} → {row.symbol}")
-        was = set(str(row.failures_was).split()) if row.state == "both" else set()
-        ids = set(str(row.failures).split())
+        was = set(str(row.failures_was).split()) - {NEW} if row.state == "both" else set()
+        ids = set(str(row.failures).split()) - {NEW}  # a new error is its own line, below
         if ids - was:
-            lines.append(f"{where}: new failure {' '.join(sorted(ids - was, key=_id_sort))}")
+            lines.append(f"{where}: new failure {' '.join(sorted(ids - was, key=id_key))}")
         if was - ids:
-            lines.append(f"{where}: no longer fails with {' '.join(sorted(was - ids, key=_id_sort))}")
+            lines.append(f"{where}: no longer fails with {' '.join(sorted(was - ids, key=id_key))}")
         error, was_error = str(row.new_error or ""), str(row.new_error_was or "") if row.state == "both" else ""
         if error and error != "nan" and error != was_error:
             lines.append(f"{where}: new error no catalog entry knows: {error}")
@@ -73,12 +76,6 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
         if margin is not None and was_margin is not None and abs(margin - was_margin) > settings.margin_move:
             lines.append(f"{where}: margin {num(was_margin)} → {num(margin)}")
     return lines
-
-
-def _id_sort(failure_id: str) -> tuple:
-    from .catalog import id_key
-
-    return id_key(failure_id)
 
 
 def render(lines: list[str]) -> str:

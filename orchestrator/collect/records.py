@@ -1,7 +1,8 @@
 """Read every `DIR/cells/<policy>/<gpu>/<torch>/record.json` into one pandas frame, one row per cell.
 
-Reading the JSON files is most of a collect's time, so the directory walk is three os.scandir levels (no glob)
-and the files are read by a pool of threads (the reads release the GIL; the parse is json's C scanner).
+Reading the JSON files is most of a collect's time, so the directory walk is three os.scandir levels (no glob),
+each file is one read and one json.loads, and rows are tuples (no dict per record). `collect.read_threads` reads
+with a thread pool, for storage where reads wait on the network.
 Earlier attempts (attempts/<n>/record.json) are read only for cells whose record says attempt > 1: their check
 numbers tell whether repeated runs straddle the tolerance (row 5).
 """
@@ -60,23 +61,34 @@ def _read(path: str) -> dict[str, Any] | None:
     return data
 
 
+_VERSIONS: dict[tuple, str] = {}  # the few distinct version sets of a sweep, each serialized once
+
+
+def _versions(versions: Any) -> str:
+    if not versions or not isinstance(versions, dict):
+        return ""
+    try:
+        key = tuple(versions.items())
+        text = _VERSIONS.get(key)
+    except TypeError:  # an unhashable value: serialize it every time
+        return json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
+    if text is None:
+        text = _VERSIONS[key] = json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
+    return text
+
+
 def _row(path: str, data: dict[str, Any]) -> tuple:
-    cell_dir = os.path.dirname(path)
-    rest, torch = os.path.split(cell_dir)
-    rest, gpu = os.path.split(rest)
-    policy = os.path.basename(rest)
-    logs = data.get("logs") or {}
-    log = (logs.get("export") or next(iter(logs.values()), None)) if isinstance(logs, dict) else None
-    versions = data.get("versions") or {}
-    fixes = data.get("fixes") or []
+    _, policy, gpu, torch, _ = path.rsplit(os.sep, 4)
+    get = data.get
+    logs = get("logs")
+    log = (logs.get("export") or next(iter(logs.values()), None)) if isinstance(logs, dict) and logs else None
+    fixes = get("fixes") or []
     return (
-        f"{policy}/{gpu}/{torch}", policy, gpu, torch,
-        data.get("exporter"), data.get("status") or "error", data.get("attempt") or 1, data.get("failed_step"),
-        data.get("error"), data.get("max_diff"), data.get("tolerance"), data.get("margin"), data.get("speedup"),
-        data.get("peak_gpu_mib"), data.get("eager_ms"), data.get("exported_ms"),
-        " ".join(str(f) for f in fixes) if isinstance(fixes, list) else str(fixes),
-        json.dumps(versions, sort_keys=True, separators=(",", ":")) if versions else "",
-        f"cells/{policy}/{gpu}/{torch}/{log}" if log else None, data.get("log_tail"), data.get("ended_at"),
+        f"{policy}/{gpu}/{torch}", policy, gpu, torch, get("exporter"), get("status") or "error",
+        get("attempt") or 1, get("failed_step"), get("error"), get("max_diff"), get("tolerance"), get("margin"),
+        get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
+        " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes), _versions(get("versions")),
+        f"cells/{policy}/{gpu}/{torch}/{log}" if log else None, get("log_tail"), get("ended_at"),
     )
 
 
@@ -105,10 +117,13 @@ def _earlier_attempts(cell_dir: str, cell_id: str) -> list[tuple]:
     return found
 
 
-def load_records(out_dir: Path, workers: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cells, history): one row per cell with a record, and the check numbers of their earlier attempts."""
+def load_records(out_dir: Path, workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cells, history): one row per cell with a record, and the check numbers of their earlier attempts.
+
+    workers > 1 reads with that many threads: worth it where reads wait on the network (NFS, Lustre); on a local,
+    page-cached disk the JSON parse holds the GIL and threads only add switching (see bench/collect.py).
+    """
     paths = record_paths(out_dir)
-    workers = workers or min(16, (os.cpu_count() or 1) * 2)
     if workers <= 1 or len(paths) < 256:
         chunks = [_read_chunk(paths)]
     else:

@@ -50,6 +50,8 @@ def cell_text(row: dict) -> str:
     label = {"patched": row["fixes"] or row["build"], "fail": row["failures"], "running": "running"}.get(status)
     head = row["symbol"] + (f" {label}" if label else "")
     pieces = [head]
+    if status == "running" and row["failures"]:
+        pieces.append(row["failures"])  # what the finished builds hit so far
     if num(row["max_diff"]) and num(row["tolerance"]):
         numbers = f"{num(row['max_diff'])} / {num(row['tolerance'])}"
         if label:
@@ -151,16 +153,18 @@ def policy_to_failure(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Setti
         main_ids = set(str(main or "").split())
         for failure_id in str(every or "").split():
             (primary if failure_id in main_ids else secondary)[policy][failure_id].add(gpu)
-    notes = _build_notes(cells)
-    clauses: dict[str, list[str]] = {}
-    first_id: dict[str, tuple] = {}
+    split = {}
     for policy in everywhere:
         main, other = dict(primary.get(policy, {})), dict(secondary.get(policy, {}))
         if not main and not other:
             continue
         if not main:
             main, other = other, {}
-        other = {k: v for k, v in other.items() if k not in main}
+        split[policy] = (main, {k: v for k, v in other.items() if k not in main})
+    notes = _build_notes(cells, {(policy, i) for policy, (_, other) in split.items() for i in other})
+    clauses: dict[str, list[str]] = {}
+    first_id: dict[str, tuple] = {}
+    for policy, (main, other) in split.items():
         text = _describe(policy, main, other, everywhere[policy], notes, catalog, settings)
         clauses.setdefault(text, []).append(policy)
         key = min(id_key(i) for i in main)
@@ -200,24 +204,36 @@ def _describe(policy: str, primary: dict[str, set[str]], secondary: dict[str, se
     return f"{hoist}\0{body}"
 
 
-def _build_notes(cells: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """Where each (policy, failure id) was seen, in words: "stock torch" when it hit every stock build the policy
-    ran, else "torch <build names>"."""
-    if cells.empty:
+def _build_notes(cells: pd.DataFrame, needed: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """Where each needed (policy, failure id) was seen, in words: "stock torch" when it hit every stock build
+    the policy ran, else "torch <build names>". Builds are bits of an integer mask, so this is a groupby-sum."""
+    if not needed or cells.empty:
         return {}
-    stock_builds = cells.loc[cells["stock"]].groupby("policy")["torch"].agg(frozenset)
-    flags = [c for c in cells.columns if c.startswith("f:")]
-    hits = cells.melt(id_vars=["policy", "torch", "stock"], value_vars=flags, var_name="flag", value_name="hit")
-    hits = hits[hits["hit"]]
+    need = pd.DataFrame(sorted(needed), columns=["policy", "id"])
+    sub = cells[cells["policy"].isin(set(need["policy"]))]
+    builds = sorted(set(sub["torch"]))
+    if len(builds) > 62:  # more builds than bits: name them all
+        return {pair: "other builds" for pair in needed}
+    bit = sub["torch"].map({b: 1 << i for i, b in enumerate(builds)}).astype("int64")
+    flags = [flag_column(i) for i in sorted(set(need["id"])) if flag_column(i) in sub]
+    long = sub[["policy", "torch"]].assign(bit=bit, stock=sub["stock"], **{f: sub[f] for f in flags})
+    long = long.melt(id_vars=["policy", "torch", "bit", "stock"], value_vars=flags, var_name="flag", value_name="hit")
+    long = long[long["hit"]].drop_duplicates(["policy", "flag", "torch"])
+    long["id"] = long["flag"].str[2:]
+    long = long.merge(need, on=["policy", "id"])
+    masks = long.groupby(["policy", "id"])["bit"].sum()
+    stock = sub[sub["stock"]].assign(bit=bit).drop_duplicates(["policy", "torch"]).groupby("policy")["bit"].sum()
+    stock_mask = masks.index.get_level_values("policy").map(stock).fillna(0).astype("int64").to_numpy()
+    all_stock = (stock_mask != 0) & ((masks.to_numpy() & stock_mask) == stock_mask)
+    names: dict[int, str] = {}
     notes = {}
-    for (policy, flag), group in hits.groupby(["policy", "flag"], sort=False):
-        builds = frozenset(group["torch"])
-        stock = stock_builds.get(policy, frozenset())
-        failure_id = flag[2:]
-        if stock and stock <= builds:
+    for (policy, failure_id), mask, is_stock in zip(masks.index, masks.to_numpy(), all_stock, strict=True):
+        if is_stock:
             notes[(policy, failure_id)] = "stock torch"
-        else:
-            notes[(policy, failure_id)] = "torch " + ", ".join(sorted(builds))
+            continue
+        if mask not in names:
+            names[mask] = "torch " + ", ".join(b for i, b in enumerate(builds) if mask >> i & 1)
+        notes[(policy, failure_id)] = names[mask]
     return notes
 
 
@@ -239,7 +255,8 @@ def build_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, s
     result = []
     for build in sorted(out, key=_order(settings.builds)):
         fix_text = ", ".join(fixes[build].split())
-        result.append((build, f"with {fix_text}" if fix_text else "stock torch", sorted(out[build], key=lambda v: -v[1])))
+        counted = sorted(out[build], key=lambda v: -v[1])
+        result.append((build, f"with {fix_text}" if fix_text else "stock torch", counted))
     return result
 
 

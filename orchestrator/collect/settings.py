@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .catalog import Catalog
 
-DEFAULTS = {"at_limit": 0.9, "slow_below": 1.0, "margin_move": 0.1}
+DEFAULTS = {"at_limit": 0.9, "slow_below": 1.0, "margin_move": 0.1, "read_threads": 1}
 
 
 @dataclass
@@ -17,6 +17,7 @@ class Settings:
     at_limit: float = DEFAULTS["at_limit"]
     slow_below: float = DEFAULTS["slow_below"]
     margin_move: float = DEFAULTS["margin_move"]
+    read_threads: int = DEFAULTS["read_threads"]
     gpu_labels: dict[str, str] = field(default_factory=dict)    # name -> table header ("A100 80GB (sm_80)")
     build_fixes: dict[str, list[str]] = field(default_factory=dict)  # torch build -> its fixes, from the config
     policies: list[str] = field(default_factory=list)  # table order; recorded ones not listed follow, sorted

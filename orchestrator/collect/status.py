@@ -26,8 +26,8 @@ CELL_COLUMNS = ["id", "policy", "gpu", "torch", "status", "failed_step", "failur
                 "tolerance", "margin", "speedup", "peak_gpu_mib", "attempt", "versions", "fixes", "stock",
                 "slow", "at_limit", "straddle", "log"]
 MATRIX_COLUMNS = ["policy", "gpu", "symbol", "status", "build", "fixes", "failures", "primary", "error",
-                  "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "slow", "at_limit", "in_progress", "builds",
-                  "new_error", "cell", "log"]
+                  "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "slow", "at_limit", "in_progress",
+                  "builds", "new_error", "cell", "log"]
 
 
 def join_ids(flags: pd.DataFrame, ids: list[str]) -> pd.Series:
@@ -71,8 +71,11 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     flags[flag_column(NEW)] = df["failing"] & ~flags[by_error].any(axis=1)
     df = pd.concat([df, flags], axis=1)
     df["failures"] = join_ids(df, [*catalog.ids, NEW])
-    fallback = "status " + df["status"] + (" in step " + df["failed_step"].fillna("")).where(df["failed_step"].notna(), "")
-    df["new_error"] = first_line(df["error"]).fillna(fallback).where(df[flag_column(NEW)])
+    new = df[flag_column(NEW)]
+    step = df.loc[new, "failed_step"]
+    fallback = "status " + df.loc[new, "status"] + (" in step " + step.fillna("").astype(str)).where(step.notna(), "")
+    df["new_error"] = None
+    df.loc[new, "new_error"] = first_line(df.loc[new, "error"]).fillna(fallback)
     return df
 
 
@@ -89,14 +92,10 @@ def _straddling(df: pd.DataFrame, history: pd.DataFrame) -> pd.Index:
 
 def _ranks(names: pd.Series, order: list[str]) -> pd.Series:
     """Position in the configured order; names the config does not list follow, sorted."""
-    extra = sorted(set(names) - set(order))
+    codes, uniques = pd.factorize(names)
+    extra = sorted(set(uniques) - set(order))
     rank = {name: i for i, name in enumerate([*order, *extra])}
-    return names.map(rank).astype("int64")
-
-
-def axis_order(values: pd.Series | list[str], order: list[str]) -> list[str]:
-    present = set(values)
-    return [*(n for n in order if n in present), *sorted(present - set(order))]
+    return pd.Series(np.array([rank[u] for u in uniques], dtype="int64")[codes], index=names.index)
 
 
 def build_matrix(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
@@ -140,9 +139,9 @@ def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     agg["builds"] = grouped["torch"].size()
     agg["new_error"] = grouped["new_error"].first()
     agg["failures"] = join_ids(agg, [*catalog.ids, NEW])
-    matrix = agg.join(decided[["torch", "fixes", "failures", "error", "max_diff", "tolerance", "margin", "speedup",
-                               "peak_gpu_mib", "slow", "at_limit", "id", "log"]], rsuffix="_decided")
-    matrix = matrix.rename(columns={"torch": "build", "failures_decided": "primary", "id": "cell"})
+    picked = decided[["torch", "fixes", "failures", "error", "max_diff", "tolerance", "margin", "speedup",
+                      "peak_gpu_mib", "slow", "at_limit", "id", "log"]]
+    matrix = agg.join(picked.rename(columns={"torch": "build", "failures": "primary", "id": "cell"}))
     matrix["status"] = np.select([matrix["stock_pass"], matrix["patched_pass"], matrix["unfinished"]],
                                  ["pass", "patched", "running"], "fail")
     # A patched pass can still turn ✅ while a stock build runs; anything but ✅ can while any build runs.

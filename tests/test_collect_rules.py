@@ -1,0 +1,305 @@
+"""Collect's rules on hand-written records (the real Record schema): in-progress cells, statuses, stock builds,
+the at-limit mark, the failure catalog, text safety, --into, --check and changes.md."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.collect.catalog import load_catalog
+from orchestrator.collect.render_md import md_text
+from orchestrator.config import PACKAGE_CONF
+from orchestrator.record import Record, write_record
+from orchestrator.spec import cell_dir
+
+from .conftest import write
+
+ROW7 = "SerializeError: Unsupported getattr attribute function_const_func_spec0 with type TreeSpec"
+SEED_MESSAGES = {
+    "2": "torch._inductor.exc.InductorError: LoweringException: NoValidChoicesError: No choices to select. Provided "
+         "reason: No choices exist for backend. please consider adding ATEN into max_autotune_gemm_backends config "
+         "(defined in torch/_inductor/config.py) to allow at least one choice.",
+    "3": "torch._inductor.exc.InductorError: RuntimeError: Failed to run autotuning code block: CUDA out of memory. "
+         "Tried to allocate 2.98 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.50 GiB is free. Including "
+         "non-PyTorch memory, this process has 77.74 GiB memory in use. Of the allocated memory 75.79 GiB is "
+         "allocated by PyTorch, and 306.98 MiB is reserved by PyTorch but unallocated.",
+    "4": "RuntimeError: Method forward missing fallback kernels (1 total):\n  - aoti_torch_cuda_scatter_value_out\n"
+         "Please add them to the AOTI backend.",
+    "5": "RuntimeError: The exported policy does not reproduce its test case (9.53e-02 > 0.075). Export it again on "
+         "this device.",
+    "6": "ValueError: Exporting LingBot-VLA v2 needs a vision_grid (see `predict_action_chunk`).",
+    "7": ROW7,
+    "8": "Node.meta wrap_with_autocast_3 is missing val field",
+}
+NASTY = ('RuntimeError: bad | pipe `tick` <b>bold</b> & *star* [link](x) $x$ say "hi" ~~strike~~ _under_ '
+         '<!-- export-matrix:end -->\r\nsecond | line\n')
+
+
+def put(out: Path, cell: str, status: str = "passed", **fields) -> None:
+    policy, gpu, torch = cell.split("/")
+    write_record(cell_dir(out, cell), Record(cell=cell, policy=policy, gpu=gpu, torch=torch,
+                                             exporter="lerobot_cuda", status=status, **fields))
+
+
+def passed(out: Path, cell: str, diff: float = 0.022, tol: float = 0.075, **fields) -> None:
+    put(out, cell, max_diff=diff, tolerance=tol, margin=diff / tol, logs={"export": "export.log"}, **fields)
+
+
+def collect(out: Path, *args: str, matrix: str = "matrix.policies=[act]") -> int:
+    return main(["collect", f"out_dir={out}", "matrix=tracking", matrix, "matrix.torch=[stock,pr202785]", *args])
+
+
+def rows(out: Path) -> dict[tuple[str, str], dict[str, str]]:
+    return {(r["policy"], r["gpu"]): r for r in csv.DictReader(io.StringIO((out / "matrix.csv").read_text()))}
+
+
+def table_line(out: Path, policy: str) -> str:
+    return next(line for line in (out / "matrix.md").read_text().splitlines() if line.startswith(f"| {policy} |"))
+
+
+def test_in_progress_cells_are_not_failures(tmp_path: Path) -> None:
+    put(tmp_path, "act/h100/stock", "running")
+    passed(tmp_path, "act/h100/pr202785")
+    put(tmp_path, "act/a100/stock", "failed", failed_step="save", error=ROW7)
+    put(tmp_path, "act/a100/pr202785", "pending")
+    put(tmp_path, "diffusion/h100/stock", "pending")
+    passed(tmp_path, "diffusion/a100/stock")
+    put(tmp_path, "diffusion/a100/pr202785", "running")
+    assert collect(tmp_path, matrix="matrix.policies=[act,diffusion]") == 0
+    got = rows(tmp_path)
+    assert (got[("act", "h100")]["symbol"], got[("act", "h100")]["in_progress"]) == ("🟡", "True")
+    assert (got[("act", "a100")]["symbol"], got[("act", "a100")]["status"], got[("act", "a100")]["failures"]) == \
+        ("⏳", "running", "7")
+    assert (got[("diffusion", "h100")]["symbol"], got[("diffusion", "a100")]["symbol"]) == ("⏳", "✅")
+    assert got[("diffusion", "a100")]["in_progress"] == "False"
+    assert table_line(tmp_path, "act") == "| act | 🟡 #202785 · 0.022 / 0.075 · ⏳ | ⏳ running · 7 |"
+    assert table_line(tmp_path, "diffusion") == "| diffusion | ⏳ running | ✅ 0.022 / 0.075 |"
+
+
+@pytest.mark.parametrize("status", ["failed", "timeout", "killed", "error", "oom", "cancelled"])
+def test_every_status_but_passed_fails(tmp_path: Path, status: str) -> None:
+    put(tmp_path, "pi0/h100/stock", status, error=f"it went {status}")
+    put(tmp_path, "pi0/h100/pr202785", status, error=ROW7)
+    assert collect(tmp_path, matrix="matrix.policies=[pi0]") == 0
+    row = rows(tmp_path)[("pi0", "h100")]
+    assert (row["symbol"], row["status"], row["failures"]) == ("❌", "fail", "7 new")
+    assert row["new_error"] == f"it went {status}"
+    assert f"- it went {status} (pi0/h100/stock)" in (tmp_path / "matrix.md").read_text()
+
+
+def test_stock_comes_from_the_config_then_the_record(tmp_path: Path) -> None:
+    passed(tmp_path, "pi05/h100/mybuild", fixes=[])  # a build the config does not know, without fixes: stock
+    put(tmp_path, "pi05/a100/stock", "failed", error=ROW7)
+    passed(tmp_path, "pi05/a100/patchy", fixes=["pytorch/pytorch#1"])  # unknown build with a fix: patched
+    passed(tmp_path, "xvla/h100/pr202785", fixes=[])  # the config's fixes win over the record's
+    assert collect(tmp_path, matrix="matrix.policies=[pi05,xvla]") == 0
+    got = rows(tmp_path)
+    assert (got[("pi05", "h100")]["symbol"], got[("pi05", "h100")]["build"]) == ("✅", "mybuild")
+    assert (got[("pi05", "a100")]["symbol"], got[("pi05", "a100")]["build"], got[("pi05", "a100")]["fixes"]) == \
+        ("🟡", "patchy", "#1")
+    assert (got[("xvla", "h100")]["symbol"], got[("xvla", "h100")]["fixes"]) == ("🟡", "#202785")
+    assert got[("xvla", "a100")]["symbol"] == "—"  # the named matrix expects it; there is no record
+    assert table_line(tmp_path, "xvla") == "| xvla | 🟡 #202785 · 0.022 / 0.075 | — |"
+
+
+def test_at_limit_when_passing_and_its_fraction_is_configurable(tmp_path: Path) -> None:
+    passed(tmp_path, "eo1/h100/stock", diff=0.069)  # 0.92 of the tolerance
+    passed(tmp_path, "eo1/a100/stock", diff=0.0625)  # 0.83
+    assert collect(tmp_path, matrix="matrix.policies=[eo1]") == 0
+    got = rows(tmp_path)
+    assert (got[("eo1", "h100")]["at_limit"], got[("eo1", "h100")]["failures"]) == ("True", "5")
+    assert (got[("eo1", "a100")]["at_limit"], got[("eo1", "a100")]["failures"]) == ("False", "")
+    assert table_line(tmp_path, "eo1") == "| eo1 | ✅ 0.069 / 0.075 · at limit | ✅ 0.0625 / 0.075 |"
+    assert "Policy to failure: eo1 (H100): 5." in (tmp_path / "matrix.md").read_text()
+    assert collect(tmp_path, "collect.at_limit=0.8", matrix="matrix.policies=[eo1]") == 0
+    assert table_line(tmp_path, "eo1") == "| eo1 | ✅ 0.069 / 0.075 · at limit | ✅ 0.0625 / 0.075 · at limit |"
+    assert collect(tmp_path, "collect.at_limit=0.95", matrix="matrix.policies=[eo1]") == 0
+    assert rows(tmp_path)[("eo1", "h100")]["at_limit"] == "False"
+    assert "Policy to failure: none." in (tmp_path / "matrix.md").read_text()
+
+
+def test_slow_mark_and_its_threshold(tmp_path: Path) -> None:
+    passed(tmp_path, "fineart_vla/h100/stock", speedup=0.8, eager_ms=73.0, exported_ms=91.0)
+    passed(tmp_path, "fineart_vla/a100/stock", speedup=1.2)
+    assert collect(tmp_path, matrix="matrix.policies=[fineart_vla]") == 0
+    assert table_line(tmp_path, "fineart_vla") == "| fineart_vla | ✅ 0.022 / 0.075 · slow 0.80× | ✅ 0.022 / 0.075 |"
+    assert "Policy to failure: fineart_vla (H100): 1 (slow, not failing)." in (tmp_path / "matrix.md").read_text()
+    assert collect(tmp_path, "collect.slow_below=1.5", matrix="matrix.policies=[fineart_vla]") == 0
+    assert table_line(tmp_path, "fineart_vla") == \
+        "| fineart_vla | ✅ 0.022 / 0.075 · slow 0.80× | ✅ 0.022 / 0.075 · slow 1.20× |"
+
+
+def test_catalog_matches_the_seed_messages_with_other_numbers() -> None:
+    catalog = load_catalog([PACKAGE_CONF])
+    assert catalog.ids == ["1", "2", "3", "4", "5", "6", "7", "8"]
+    for failure_id, message in SEED_MESSAGES.items():
+        assert catalog.match(message) == [failure_id], failure_id
+        other = re.sub(r"\d+", lambda m: str(int(m.group()) + 7), message)
+        assert (other != message) == (failure_id != "2")  # row 2's message has no number
+        assert catalog.match(other) == [failure_id], other
+    assert catalog.match("Node.meta wrap_with_autocast_12 is missing val field") == ["8"]
+    assert catalog.match("RuntimeError: Method forward missing fallback kernels (1 total):\n  - aoti_other") == []
+    assert catalog.match("CUDA out of memory. Tried to allocate 2.98 GiB.") == []  # not during autotuning
+    assert [e.signal for e in catalog.entries if e.signal] == ["slow", "at_limit"]
+    assert catalog.by_id["7"].fixed_by == "pytorch/pytorch#202785"
+
+
+def test_log_tail_is_searched_when_the_error_line_is_unknown(tmp_path: Path) -> None:
+    put(tmp_path, "flux3/h100/stock", "failed", log_tail=SEED_MESSAGES["4"],
+        error="RuntimeError: Method forward missing fallback kernels (1 total):")
+    put(tmp_path, "flux3/a100/stock", "timeout", error="the export ran past timeout_min=60",
+        log_tail="...\n" + SEED_MESSAGES["3"])
+    assert collect(tmp_path, matrix="matrix.policies=[flux3]") == 0
+    got = rows(tmp_path)
+    assert (got[("flux3", "h100")]["failures"], got[("flux3", "a100")]["failures"]) == ("4", "3")
+
+
+def test_a_config_dir_catalog_overrides_and_adds_entries(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    put(out, "cosmos3/h100/stock", "failed", error="KeyError: 'model.layers.3.mlp'")
+    put(out, "cosmos3/a100/stock", "failed", error=SEED_MESSAGES["8"])
+    conf = tmp_path / "conf"
+    write(conf / "failures.yaml", "8: {fixed_by: torch 2.16}\n"
+          "9: {title: A layer is missing, repro: export command, fixed_by: needs an owner,\n"
+          "    patterns: ['KeyError: .model\\.layers\\.<N>\\.mlp']}\n")
+    assert main(["collect", "--config-dir", str(conf), f"out_dir={out}"]) == 0
+    text = (out / "matrix.md").read_text()
+    assert "| 9 | A layer is missing | cosmos3 (H100) | export command | needs an owner |" in text
+    assert "| 8 | torch.export cannot load the program (wrap_with_autocast) | cosmos3 (A100) | export command | " \
+           "torch 2.16 |" in text
+    assert "New failures" not in text and rows(out)[("cosmos3", "h100")]["failures"] == "9"
+
+
+def test_a_bad_catalog_entry_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    put(tmp_path / "out", "cosmos3/h100/stock")
+    write(tmp_path / "conf" / "failures.yaml", "9: {title: broken, patterns: ['(unclosed']}\n")
+    assert main(["collect", "--config-dir", str(tmp_path / "conf"), f"out_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "failure 9: bad pattern '(unclosed'" in err
+
+
+def test_text_safety(tmp_path: Path) -> None:
+    put(tmp_path, "molmoact2/h100/stock", "failed", error=NASTY, logs={"export": "export.log"})
+    passed(tmp_path, "molmoact2/a100/stock")
+    assert collect(tmp_path, matrix="matrix.policies=[molmoact2]") == 0
+    md = (tmp_path / "matrix.md").read_text()
+    listed = [line for line in md.splitlines() if "RuntimeError" in line]
+    assert len(listed) == 1  # one line: the newlines are gone
+    line = listed[0]
+    assert line.startswith("- RuntimeError: bad \\| pipe \\`tick\\` &lt;b&gt;bold&lt;/b&gt; &amp; \\*star\\*")
+    assert line.endswith(" \\~\\~strike\\~\\~ \\_under\\_ &lt;!-- export-matrix:end --&gt; (molmoact2/h100/stock)")
+    assert "second" not in md  # the first error line only
+    assert not re.search(r"(?<!\\)[|`*\[\]<>$]", line[2:].replace("&lt;", "").replace("&gt;", ""))
+    table = [row for row in md.splitlines() if row.startswith("| ")]
+    assert {len(re.findall(r"(?<!\\)\|", row)) for row in table[:3]} == {4}  # header, rule, the one policy
+    assert md.count("<!--") == 1  # only the header comment; the error's marker is escaped
+    html = (tmp_path / "report.html").read_text()
+    assert "<b>bold" not in html and "&lt;b&gt;bold&lt;/b&gt;" in html and "say &quot;hi&quot;" in html
+    assert "<!-- export-matrix:end -->" not in html and "second | line" in html
+    assert md_text("a\nb | c\r\n<d>") == "a b \\| c &lt;d&gt;"
+    cells = list(csv.DictReader(io.StringIO((tmp_path / "cells.csv").read_text())))
+    assert next(c for c in cells if c["id"] == "molmoact2/h100/stock")["error"] == NASTY.replace("\r\n", "\n")
+
+
+README = ("# Project\n\nSome text with trailing spaces   \nand unicode: ✅ — ünïcödé\n\n"
+          "<!-- export-matrix:start -->\nstale table\n| a | b |\n<!-- export-matrix:end -->\n\n"
+          "## After\n<!-- another comment -->\nno newline at the end")
+
+
+def test_into_replaces_only_between_the_markers(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    passed(out, "act/h100/stock")
+    for name, original in (("README.md", README.encode()), ("CRLF.md", README.replace("\n", "\r\n").encode())):
+        target = tmp_path / name
+        target.write_bytes(original)
+        assert collect(out, "--into", str(target)) == 0
+        new = target.read_bytes()
+        start, end = b"<!-- export-matrix:start -->", b"<!-- export-matrix:end -->"
+        head, tail = original.index(start) + len(start), original.index(end)
+        assert new[:head] == original[:head]
+        assert new.endswith(original[tail:]) and new[-len(original) + tail:] == original[tail:]
+        newline = b"\r\n" if name == "CRLF.md" else b"\n"
+        table = (out / "matrix.md").read_bytes().replace(b"\n", newline)
+        assert new[head:len(new) - (len(original) - tail)] == newline + table
+        assert collect(out, "--into", str(target)) == 0
+        assert target.read_bytes() == new  # idempotent
+
+
+def test_into_without_markers_fails_before_writing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "out"
+    passed(out, "act/h100/stock")
+    target = write(tmp_path / "README.md", "# no markers here\n")
+    assert collect(out, "--into", str(target)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no <!-- export-matrix:start --> ... <!-- export-matrix:end --> markers" in err
+    assert target.read_text() == "# no markers here\n" and not (out / "matrix.md").exists()
+    write(target, "<!-- export-matrix:end -->\n<!-- export-matrix:start -->\n")
+    assert collect(out, "--into", str(target)) == 2
+    assert "comes before" in capsys.readouterr().err
+
+
+def test_check_writes_nothing_and_fails_when_stale(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "out"
+    passed(out, "act/h100/stock")
+    put(out, "act/a100/stock", "failed", error=ROW7)
+    target = write(tmp_path / "README.md", README)
+    assert collect(out, "--check") == 1  # never collected
+    assert not (out / "matrix.md").exists() and not (out / "changes.md").exists()
+    assert collect(out, "--into", str(target)) == 0
+    assert collect(out, "--check", "--into", str(target)) == 0
+    snapshot = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in [*out.glob("*.*"), target]}
+    passed(out, "act/a100/stock")  # the record changed: ❌ -> ✅
+    capsys.readouterr()
+    assert collect(out, "--check") == 1
+    err = capsys.readouterr().err
+    assert "cells.csv" in err and "matrix.md" in err and err.count("\n") == 1
+    assert collect(out, "--check", "--into", str(target)) == 1
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in snapshot} == snapshot
+    write(tmp_path / "README.md", README)  # a stale FILE alone makes --check fail too
+    assert collect(out) == 0 and collect(out, "--check") == 0
+    assert collect(out, "--check", "--into", str(target)) == 1
+
+
+def test_changes_md(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    put(tmp_path, "act/h100/stock", "failed", error=ROW7)
+    passed(tmp_path, "act/a100/stock", diff=0.01)
+    passed(tmp_path, "diffusion/h100/stock", diff=0.01)
+    assert collect(tmp_path, matrix="matrix.policies=[act,diffusion]") == 0
+    assert "- first collect: 4 policy × GPU cells (2 ✅, 1 ❌, 1 —)" in capsys.readouterr().out
+    assert collect(tmp_path, matrix="matrix.policies=[act,diffusion]") == 0
+    assert capsys.readouterr().out == "Changes since the previous collect:\n\nNothing changed.\n"
+    passed(tmp_path, "act/h100/pr202785")  # ❌ -> 🟡
+    passed(tmp_path, "act/a100/stock", diff=0.05)  # margin 0.133 -> 0.667
+    passed(tmp_path, "diffusion/h100/stock", diff=0.015)  # margin moves by 0.067: under the threshold
+    put(tmp_path, "diffusion/a100/stock", "failed", error="OSError: disk full")  # — -> ❌, a new error
+    assert collect(tmp_path, matrix="matrix.policies=[act,diffusion]") == 0
+    printed = capsys.readouterr().out
+    assert printed == (tmp_path / "changes.md").read_text()
+    assert printed.splitlines()[2:] == [
+        "- act on H100: ❌ → 🟡",
+        "- act on A100: margin 0.133 → 0.667",
+        "- diffusion on A100: — → ❌",
+        "- diffusion on A100: new error no catalog entry knows: OSError: disk full",
+    ]
+    passed(tmp_path, "act/a100/stock", diff=0.01)
+    assert collect(tmp_path, "collect.margin_move=0.6", matrix="matrix.policies=[act,diffusion]") == 0
+    assert capsys.readouterr().out.endswith("Nothing changed.\n")
+
+
+def test_no_records_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["collect", f"out_dir={tmp_path}"]) == 2
+    assert f"no records: {tmp_path}/cells/ does not exist" in capsys.readouterr().err
+
+
+def test_an_unreadable_record_is_a_failure_not_a_crash(tmp_path: Path) -> None:
+    passed(tmp_path, "act/h100/stock")
+    write(tmp_path / "cells/act/a100/stock/record.json", '{"status": "passed", "cell": ')  # cut short
+    assert collect(tmp_path) == 0
+    row = rows(tmp_path)[("act", "a100")]
+    assert (row["symbol"], row["failures"]) == ("❌", "new")
+    assert row["new_error"].startswith("unreadable record.json: JSONDecodeError")
