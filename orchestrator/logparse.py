@@ -45,9 +45,13 @@ def parse_log(text: str, patterns: dict[str, Any]) -> dict[str, Any]:
 def last_error_line(lines: list[str], exception_pattern: str) -> str | None:
     """The last raised-exception line; failing that, the last line that is not part of a traceback."""
     pattern = re.compile(exception_pattern)
-    for line in reversed(lines):
-        if pattern.match(line):
-            return line.strip()
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index].strip()
+        if pattern.match(lines[index]):
+            following = lines[index + 1].strip() if index + 1 < len(lines) else ""
+            if line.endswith(":") and following and not TRACEBACK_FRAME.match(lines[index + 1]):
+                return f"{line} {following}"  # "SpecViolationError: Operator ...:" continued on the next line
+            return line
     for line in reversed(lines):
         if line.strip() and not TRACEBACK_FRAME.match(line):
             return line.strip()

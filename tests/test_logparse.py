@@ -59,3 +59,11 @@ def test_check_pass_and_timing() -> None:
     assert (found["eager_ms"], found["exported_ms"]) == (105.0, 359.0)
     assert found["speedup"] == pytest.approx(105 / 359)
     assert "failed_step" not in found
+
+
+def test_exception_message_on_the_next_line_is_kept() -> None:
+    text = log("torch._export.verifier.SpecViolationError: ",
+               "Operator torch._ops.aten.multinomial.default is not in Core ATen opset",
+               "error: The lower step failed (see above), so the bundle was not written.")
+    assert parse_log(text, PATTERNS)["error"] == ("torch._export.verifier.SpecViolationError: Operator "
+                                                  "torch._ops.aten.multinomial.default is not in Core ATen opset")

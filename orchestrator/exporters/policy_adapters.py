@@ -62,7 +62,10 @@ class ChunkAdapter:
         return obs
 
     def input_names(self, batch: dict) -> list[str]:
-        return [k for k in self.config.input_features if isinstance(batch.get(k), Tensor)]
+        """The input features, then any language tensors the preprocessor made from --task (tokens, masks)."""
+        names = [k for k in self.config.input_features if isinstance(batch.get(k), Tensor)]
+        extra = [k for k, v in batch.items() if k.startswith("observation.language") and isinstance(v, Tensor)]
+        return names + [k for k in extra if k not in names]
 
     def extra_inputs(self, batch: dict[str, Tensor], gen: torch.Generator) -> dict[str, Tensor]:
         """Inputs beyond the observation (noise); drawn after the observation from the same generator."""
@@ -313,7 +316,7 @@ def _prepare_tdmpc(policy, named):
 
 
 class SelectActionAdapter(ChunkAdapter):
-    """Policies without action chunks (gaussian_actor): one action from select_action."""
+    """Policies without action chunks: one action from select_action, traced as is."""
 
     name = "select_action"
 
@@ -327,6 +330,52 @@ class SelectActionAdapter(ChunkAdapter):
         return policy.select_action(named)
 
 
+class GaussianActorAdapter(SelectActionAdapter):
+    """gaussian_actor: select_action with the reparameterized sample's standard-normal draw as an input.
+
+    Traced as is, select_action stops in torch.export: TanhMultivariateNormalDiag builds a MultivariateNormal,
+    whose argument validation guards on data (GuardOnDataDependentSymNode), and rsample draws from the RNG.
+    The covariance is diag(std), so the sample is tanh(mean + sqrt(std) * eps); the exported graph takes eps
+    (`sample_noise`) as an input, and the eager reference (the policy's own select_action, RNG seeded with 0)
+    draws the same eps with the same call MultivariateNormal.rsample makes.
+    """
+
+    name = "gaussian_actor_noise_input"
+
+    def __init__(self, policy):
+        super().__init__(policy)
+        if self.config.num_discrete_actions is not None:
+            raise NotImplementedError("gaussian_actor with num_discrete_actions is not adapted")
+
+    def extra_inputs(self, batch, gen):
+        from torch.distributions.utils import _standard_normal
+
+        torch.manual_seed(0)
+        shape = (1, self.config.output_features[ACTION].shape[0])
+        return {"sample_noise": _standard_normal(shape, dtype=torch.float32, device=torch.device("cpu"))}
+
+    def eager(self, named):
+        named = dict(named)
+        named.pop("sample_noise")
+        return super().eager(named)
+
+    @staticmethod
+    def _forward(policy, named):
+        named = dict(named)
+        eps = named.pop("sample_noise")
+        actor = policy.actor
+        cache = None
+        if policy.shared_encoder and actor.encoder.has_images:
+            cache = actor.encoder.get_cached_image_features(named)
+        out = actor.network(actor.encoder(named, cache=cache, detach=actor.encoder_is_shared))
+        means = actor.mean_layer(out)
+        if actor.fixed_std is None:
+            std = torch.clamp(torch.exp(actor.std_layer(out)), actor.std_min, actor.std_max)
+        else:
+            std = actor.fixed_std.expand_as(means)
+        return torch.tanh(means + std.sqrt() * eps)
+
+
 def make_adapter(policy: nn.Module) -> ChunkAdapter:
     kind = policy.config.type
     if kind == "diffusion":
@@ -336,5 +385,5 @@ def make_adapter(policy: nn.Module) -> ChunkAdapter:
     if kind == "tdmpc":
         return QueuedChunkAdapter(policy, _prepare_tdmpc)
     if kind == "gaussian_actor":
-        return SelectActionAdapter(policy)
+        return GaussianActorAdapter(policy)
     return ChunkAdapter(policy)

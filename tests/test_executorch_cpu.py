@@ -1,0 +1,135 @@
+"""The built-in CPU exporter, run for real as the orchestrator runs it: as a file, in a subprocess.
+
+The ACT test builds a random checkpoint with make_random.py and exports it (about a minute on 2 cores).
+Both need the export environment (torch, executorch, lerobot); the tests skip without it.
+"""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPORTER = ROOT / "orchestrator" / "exporters" / "executorch_cpu.py"
+MAKE_RANDOM = ROOT / "orchestrator" / "scripts" / "make_random.py"
+
+CHECK_RE = re.compile(r"^Exported policy test case: largest difference (?P<diff>\S+) \(tolerance (?P<tol>\S+)\)$", re.M)
+TIMING_RE = re.compile(
+    r"^Exported policy timing: eager (?P<eager>[\d.]+) ms, exported (?P<exported>[\d.]+) ms "
+    r"\(median of (?P<runs>\d+) runs\)$",
+    re.M,
+)
+ERROR_RE = re.compile(r"^error: The (?P<step>\w[\w-]*) step failed \(see above\), so the bundle was not written\.$")
+
+
+def _python() -> str:
+    venv = ROOT / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def _has_export_env(python: str) -> bool:
+    if python == sys.executable:
+        return all(importlib.util.find_spec(m) for m in ("torch", "executorch", "lerobot"))
+    code = "import torch, executorch, lerobot"
+    return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
+
+
+PYTHON = _python()
+needs_env = pytest.mark.skipif(not _has_export_env(PYTHON), reason="needs torch, executorch and lerobot")
+
+
+def _env() -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env["PATH"] = f"{Path(PYTHON).parent}{os.pathsep}{env.get('PATH', '')}"  # flatc
+    return env
+
+
+def _run(args: list, timeout: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, *map(str, args)],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@needs_env
+def test_act_exports_and_reproduces(tmp_path):
+    ckpt, out = tmp_path / "random_act", tmp_path / "out"
+    made = _run([MAKE_RANDOM, "act", ckpt, "pretrained_backbone_weights=null"], timeout=300)
+    assert made.returncode == 0, made.stdout[-4000:]
+
+    res = _run([EXPORTER, f"--policy.path={ckpt}", f"--output_dir={out}", "--runs=3"], timeout=900)
+    assert res.returncode == 0, res.stdout[-6000:]
+    assert (out / "model.pte").is_file() and (out / "model.pte").stat().st_size > 0
+
+    check = CHECK_RE.search(res.stdout)
+    assert check, res.stdout[-4000:]
+    assert float(check["diff"]) <= float(check["tol"])
+    assert re.fullmatch(r"\d\.\d\de[+-]\d\d", check["diff"])
+
+    timing = TIMING_RE.search(res.stdout)
+    assert timing, res.stdout[-4000:]
+    assert int(timing["runs"]) == 3
+    assert float(timing["eager"]) > 0 and float(timing["exported"]) > 0
+    assert "error: The" not in res.stdout
+
+    import json
+
+    info = json.loads((out / "export_info.json").read_text())
+    assert info["ok"] is True
+    assert info["max_diff"] <= info["tolerance"]
+
+
+@needs_env
+def test_missing_checkpoint_fails_in_load_step(tmp_path):
+    res = _run(
+        [EXPORTER, f"--policy.path={tmp_path / 'no_such_ckpt'}", f"--output_dir={tmp_path / 'out'}"], timeout=300
+    )
+    assert res.returncode == 1, res.stdout[-4000:]
+    lines = res.stdout.strip().splitlines()
+    match = ERROR_RE.match(lines[-1])
+    assert match and match["step"] == "load", lines[-5:]
+    assert "Traceback (most recent call last)" in res.stdout
+    assert lines[-2].startswith("FileNotFoundError: "), lines[-3:]
+    assert not (tmp_path / "out" / "model.pte").exists()
+
+
+@needs_env
+def test_check_failure_is_reported_as_the_check_step(tmp_path):
+    """gaussian_actor is small (0.3 M parameters): a tolerance no float32 program meets fails the check."""
+    ckpt, out = tmp_path / "random_gaussian_actor", tmp_path / "out"
+    made = _run([MAKE_RANDOM, "gaussian_actor", ckpt], timeout=300)
+    assert made.returncode == 0, made.stdout[-4000:]
+
+    res = _run([EXPORTER, f"--policy.path={ckpt}", f"--output_dir={out}", "--tolerance=1e-30"], timeout=600)
+    assert res.returncode == 1, res.stdout[-6000:]
+    lines = res.stdout.strip().splitlines()
+    match = ERROR_RE.match(lines[-1])
+    assert match and match["step"] == "check", lines[-5:]
+    failed = re.fullmatch(
+        r"RuntimeError: The exported policy does not reproduce its test case \((\S+) > 1e-30\)\. "
+        r"Export it again on this device\.",
+        lines[-2],
+    )
+    assert failed and float(failed[1]) > 1e-30, lines[-3:]
+    assert not CHECK_RE.search(res.stdout)
+    assert not (out / "model.pte").exists() and (out / "model.pte.failed").exists()
+
+
+def test_unknown_argument_is_an_argparse_error(tmp_path):
+    res = subprocess.run(
+        [sys.executable, str(EXPORTER), "--policy.path=x", f"--output_dir={tmp_path}", "--bogus=1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2
+    assert "unrecognized arguments: --bogus=1" in res.stderr
