@@ -63,7 +63,8 @@ def one_sbatch_per_cell(out: Path, env: dict[str, str]) -> tuple[float, list[str
 
     from orchestrator.cells import resolve
     from orchestrator.config import compose_config
-    from orchestrator.slurm import CellJob, SlurmSettings, resources
+    from orchestrator.slurm.cell_job import CellJob
+    from orchestrator.slurm.submit import SlurmSettings, resources
 
     os.environ["PATH"] = env["PATH"]
     specs = resolve(compose_config(["matrix=tracking", f"out_dir={out}", "launcher=slurm", *SMALL],

@@ -119,7 +119,7 @@ def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = 
     console.print(f"[bold]{len(specs)} cells[/] of {what} on launcher {launcher.name}, records under {out_dir}/cells/")
     specs, refused = build_missing_envs(specs, console)
     if launcher.name == "slurm":
-        from .slurm import launch_slurm
+        from .slurm.commands import launch_slurm
 
         return launch_slurm(specs, refused, out_dir, launcher, what, wait, force, console)
     records = refused + sweep_local(specs, out_dir, int(launcher.parallel), float(launcher.poll_s), console)
@@ -135,7 +135,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from .slurm import wait_command
+    from .slurm.commands import wait_command
 
     composed = compose_config(args.overrides, args.config_dir)
     return wait_command(Path(composed.cfg.out_dir), args.poll_s, args.overrides, args.config_dir)

@@ -22,7 +22,8 @@ SHOWN_STYLE = {**STATUS_STYLE, "pending": "dim", "running": "cyan", "requeued": 
 
 
 def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None) -> int:
-    from .slurm import manifest_path, poll
+    from .slurm.follow import poll
+    from .slurm.manifest import manifest_path
 
     errors = Console(stderr=True)
     jobs = {}

@@ -1,0 +1,142 @@
+"""Following a submitted sweep: each cell's state from its record and its Slurm job, polled until all ended.
+
+`poll` settles the records of jobs that ended without one, so the state shown is the same from any process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..record import UNFINISHED, Record, write_record
+from ..spec import cell_dir
+from .manifest import read_manifest
+from .sacct import UNKNOWN_GRACE_S, JobState, lookup, sacct
+from .settle import settle
+
+# States Slurm reaches by signalling the job (SIGTERM, then SIGKILL after KillWait): the job body may still be
+# writing its final record for a while after sacct shows the state, so a `running` record is left this long.
+SIGNALLED = frozenset({"TIMEOUT", "CANCELLED", "PREEMPTED", "DEADLINE"})
+ENDING_GRACE_S = 90
+
+
+@dataclass
+class CellState:
+    cell: str
+    record: dict[str, Any] | None
+    entry: dict[str, Any] | None
+    job: JobState | None
+
+    @property
+    def active(self) -> bool:
+        """Its Slurm job has not ended (or sacct does not know it yet, shortly after submission), or Slurm has
+        signalled it and its job body may still be writing its record."""
+        if self.entry is None or not self._current:
+            return False
+        if self.job is None:
+            return _age_s(self.entry.get("submitted_at")) < UNKNOWN_GRACE_S
+        return self.job.active or self.ending
+
+    @property
+    def ending(self) -> bool:
+        return (self.job is not None and self.job.state in SIGNALLED and self.record is not None
+                and self.record.get("status") == "running" and _end_age_s(self.job.end) < ENDING_GRACE_S)
+
+    @property
+    def _current(self) -> bool:
+        """The manifest's job is the one of the cell's record (not superseded by a later local attempt)."""
+        if self.record is None or self.entry is None:
+            return True
+        return int(self.record.get("attempt") or 0) <= int(self.entry.get("attempt") or 0)
+
+    @property
+    def shown(self) -> str:
+        """The status to show: the Slurm job's while it runs, else the record's."""
+        if self.active:
+            state = self.job.state if self.job else "SUBMITTED"
+            if self.ending:
+                return "ending"
+            return state.lower() if state in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED") else "running"
+        return self.record["status"] if self.record else "missing"
+
+    @property
+    def finished(self) -> bool:
+        return not self.active and self.record is not None and self.record["status"] not in UNFINISHED
+
+
+def _end_age_s(end: str) -> float:
+    """Seconds since sacct's End (local time, or "Unknown")."""
+    try:
+        return (datetime.now() - datetime.fromisoformat(end)).total_seconds()
+    except ValueError:
+        return float("inf")
+
+
+def _age_s(stamp: str | None) -> float:
+    if not stamp:
+        return float("inf")
+    return (datetime.now(UTC) - datetime.fromisoformat(stamp)).total_seconds()
+
+
+def poll(out_dir: Path, cells: list[str] | None = None) -> list[CellState]:
+    """Ask Slurm about every job of the manifest (one sacct call), settle the ended ones, return each cell."""
+    from ..selection import recorded
+
+    manifest = read_manifest(out_dir)
+    entries = {c: e for c, e in manifest["cells"].items() if cells is None or c in cells}
+    states = sacct([e["job_id"] for e in entries.values()])
+    records = recorded(Path(out_dir))
+    found = []
+    for cell_id, entry in entries.items():
+        job = lookup(states, entry["job_id"])
+        if job is None and _age_s(entry.get("submitted_at")) >= UNKNOWN_GRACE_S:
+            job = JobState(entry["job_id"], "UNKNOWN")
+        state = CellState(cell_id, records.get(cell_id), entry, job)
+        if job is not None and not job.active and not state.ending and state._current:
+            before = Record.from_dict(state.record) if state.record else _blank(cell_id, entry)
+            after = settle(before, entry, job)
+            if after.to_dict() != state.record:
+                write_record(cell_dir(entry["out_dir"], cell_id), after)
+                state.record = after.to_dict()
+        found.append(state)
+    return found
+
+
+def _blank(cell_id: str, entry: dict[str, Any]) -> Record:
+    policy, gpu, torch = cell_id.split("/")
+    return Record(cell=cell_id, policy=policy, gpu=gpu, torch=torch, exporter=entry.get("exporter", ""),
+                  status="pending", attempt=int(entry.get("attempt") or 1))
+
+
+def counts(cells: list[CellState]) -> Counter[str]:
+    return Counter(c.shown for c in cells)
+
+
+def wait_for(out_dir: Path, poll_s: float | None, console: Console, only: list[str] | None = None) -> list[CellState]:
+    """Poll until every cell of the manifest (or `only` these) has ended and has its final record."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..launch import STATUS_STYLE
+
+    manifest = read_manifest(out_dir)
+    if poll_s is None:
+        sweeps = list(manifest["sweeps"].values())
+        poll_s = float(sweeps[-1].get("poll_s") or 15) if sweeps else 15.0
+    cells = poll(out_dir, only)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[counts]}"), console=console, transient=False) as progress:
+        task = progress.add_task("wait", total=len(cells), counts="")
+        while True:
+            shown = counts(cells)
+            text = "  ".join(f"[{STATUS_STYLE.get(s, 'white')}]{s} {n}[/]" for s, n in sorted(shown.items()))
+            progress.update(task, completed=sum(c.finished for c in cells), counts=text)
+            if all(c.finished for c in cells):
+                return cells
+            time.sleep(poll_s)
+            cells = poll(out_dir, only)

@@ -1,0 +1,196 @@
+"""Submitting a sweep: the cells grouped by what they ask of Slurm, one submitit job array per group.
+
+Each array's cells go into the manifest as soon as sbatch accepts it; cells whose job from an earlier sweep is
+still active are left alone (or, with --force, cancelled and submitted again).
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import submitit
+from rich.console import Console
+
+from ..job import now
+from ..launch import job_timeout_min, prepare
+from ..record import Record, write_record
+from ..spec import CellSpec
+from .cell_job import CellJob
+from .follow import CellState, poll
+from .manifest import manifest_path, merge_manifest
+
+SUBMITIT_DIR = "submitit"
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """`launcher=slurm`'s settings (conf/launcher/slurm.yaml)."""
+
+    array_parallelism: int = 64
+    signal_delay_s: int = 30
+    max_requeues: int = 1
+    poll_s: float = 15.0
+    time_min: int | None = None
+    sbatch: dict[str, Any] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    python: str | None = None
+
+    @classmethod
+    def from_config(cls, launcher: Any) -> SlurmSettings:
+        from ..config import to_plain
+
+        plain = to_plain(launcher)
+        known = {k: plain[k] for k in cls.__dataclass_fields__ if plain.get(k) is not None}
+        return cls(**{**known, "sbatch": dict(known.get("sbatch") or {}), "setup": list(known.get("setup") or [])})
+
+
+def resources(spec: CellSpec, settings: SlurmSettings) -> dict[str, Any]:
+    """What the cell's job asks of Slurm: its gpu's and policy's `slurm:` settings, and a time limit.
+
+    The time limit is the policy's or gpu's `slurm.time_min`, else the launcher's `time_min`, else room for
+    make_random and the export at their own limits (the job kills them there itself, and leaves its record).
+    """
+    slurm = spec.slurm
+    time_min = slurm.get("time_min") or settings.time_min or job_timeout_min(spec)
+    return {"partition": slurm.get("partition"), "gres": slurm.get("gres"), "constraint": slurm.get("constraint"),
+            "cpus_per_task": int(slurm.get("cpus_per_task") or 1), "mem_gb": slurm.get("mem_gb"),
+            "time_min": int(time_min)}
+
+
+def signature_key(res: dict[str, Any]) -> tuple:
+    return tuple(res[k] for k in ("partition", "gres", "constraint", "cpus_per_task", "mem_gb", "time_min"))
+
+
+@dataclass
+class Submitted:
+    sweep_id: str
+    arrays: list[dict[str, Any]]
+    skipped: list[str]
+    refused: list[dict[str, Any]]  # records of cells whose array sbatch refused
+
+
+def _executor(out_dir: Path, settings: SlurmSettings) -> submitit.AutoExecutor:
+    kwargs: dict[str, Any] = {"slurm_max_num_timeout": 1}  # see CellJob: the requeue decisions are its own
+    if settings.python:
+        kwargs["slurm_python"] = settings.python
+    return submitit.AutoExecutor(folder=Path(out_dir) / SUBMITIT_DIR / "%j", cluster="slurm", **kwargs)
+
+
+def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, what: str, console: Console,
+                 force: bool = False) -> Submitted:
+    """Submit one job array per resource signature and record every cell's job in the manifest.
+
+    Cells whose job from an earlier sweep is still pending or running are left alone (`force`: that job is
+    cancelled, its record settled, and the cell submitted again).
+    """
+    sweep_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    out_dir = Path(out_dir).absolute()
+    skipped: list[str] = []
+    if manifest_path(out_dir).exists():
+        wanted = {s.id for s in specs}
+        active = [c for c in poll(out_dir, sorted(wanted)) if c.active]
+        if active and force:
+            _cancel(out_dir, active, console)
+        elif active:
+            for c in active:
+                console.print(f"[yellow]not submitted[/] {c.cell}: job {c.entry['job_id']} is still "
+                              f"{c.shown} (--force cancels it and submits the cell again)")
+            skipped = [c.cell for c in active]
+            specs = [s for s in specs if s.id not in set(skipped)]
+    groups: dict[tuple, list[CellSpec]] = {}
+    signatures: dict[tuple, dict[str, Any]] = {}
+    for spec in specs:
+        res = resources(spec, settings)
+        groups.setdefault(signature_key(res), []).append(spec)
+        signatures[signature_key(res)] = res
+    arrays: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
+    sweep = {"what": what, "submitted_at": now(), "launcher": "slurm", "poll_s": settings.poll_s}
+    for key, group in groups.items():
+        res = signatures[key]
+        attempts = {spec.id: prepare(spec) for spec in group}
+        try:
+            jobs = _submit_array(out_dir, settings, res, group, attempts)
+        except Exception as exc:  # sbatch refused the array (bad partition, account, resources)
+            reason = (str(exc).strip().splitlines() or [repr(exc)])[-1]
+            console.print(f"[bold red]sbatch refused[/] {len(group)} cells ({_describe(res)}): {reason}")
+            refused += [_refuse(spec, attempts[spec.id], f"sbatch refused the job array: {reason}")
+                        for spec in group]
+            continue
+        array_id = str(jobs[0].job_id).split("_")[0]
+        submitted_at = now()
+        cells = {spec.id: {"job_id": str(job.job_id), "array": array_id, "sweep": sweep_id,
+                           "attempt": attempts[spec.id], "fingerprint": spec.fingerprint.get("key"),
+                           "configs": spec.configs, "signature": res, "time_min": res["time_min"],
+                           "submitted_at": submitted_at, "out_dir": spec.out_dir, "exporter": spec.exporter,
+                           "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
+                 for spec, job in zip(group, jobs, strict=True)}
+        array = {"job_id": array_id, "cells": len(group), "signature": res}
+        arrays.append(array)
+        merge_manifest(out_dir, sweep_id, {**sweep, "arrays": [array]}, cells)
+        console.print(f"[green]submitted[/] job array {array_id}: {len(group)} cells, {_describe(res)}")
+    return Submitted(sweep_id, arrays, skipped, refused)
+
+
+def _describe(res: dict[str, Any]) -> str:
+    parts = [f"partition {res['partition'] or '(default)'}"]
+    if res["gres"]:
+        parts.append(f"gres {res['gres']}")
+    if res["constraint"]:
+        parts.append(f"constraint {res['constraint']}")
+    parts.append(f"{res['cpus_per_task']} cpus")
+    if res["mem_gb"]:
+        parts.append(f"{res['mem_gb']} GB")
+    parts.append(f"{res['time_min']} min")
+    return ", ".join(parts)
+
+
+def _submit_array(out_dir: Path, settings: SlurmSettings, res: dict[str, Any], group: list[CellSpec],
+                  attempts: dict[str, int]) -> list[submitit.Job]:
+    executor = _executor(out_dir, settings)  # a fresh one per array: parameters left unset stay unset
+    params: dict[str, Any] = {
+        "name": f"export-matrix-{res['partition'] or 'default'}", "timeout_min": res["time_min"],
+        "cpus_per_task": res["cpus_per_task"], "slurm_partition": res["partition"], "slurm_gres": res["gres"],
+        "slurm_constraint": res["constraint"], "slurm_array_parallelism": settings.array_parallelism,
+        "slurm_signal_delay_s": settings.signal_delay_s,
+        # --requeue: Slurm may run a job again after a node failure or a preemption (CellJob counts the runs)
+        "slurm_additional_parameters": {"requeue": True, **settings.sbatch},
+        "slurm_setup": list(settings.setup) or None,
+    }
+    if res["mem_gb"]:
+        params["mem_gb"] = float(res["mem_gb"])
+    executor.update_parameters(**params)
+    jobs = []
+    with executor.batch():
+        for spec in group:
+            jobs.append(executor.submit(CellJob(spec, attempts[spec.id], res["time_min"] * 60.0,
+                                                settings.signal_delay_s, settings.max_requeues)))
+    return jobs
+
+
+def _refuse(spec: CellSpec, attempt: int, reason: str) -> dict[str, Any]:
+    record = Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu, torch=spec.torch, exporter=spec.exporter,
+                    status="error", attempt=attempt, failed_step="submit", error=reason, fixes=list(spec.fixes),
+                    started_at=now(), ended_at=now(), fingerprint=spec.fingerprint)
+    write_record(spec.cell_dir, record)
+    return record.to_dict()
+
+
+def _cancel(out_dir: Path, active: list[CellState], console: Console, timeout_s: float = 120) -> None:
+    """scancel these cells' jobs, wait until Slurm has ended them, and settle their records."""
+    ids = [c.entry["job_id"] for c in active]
+    console.print(f"[yellow]--force:[/] cancelling {len(ids)} jobs still pending or running ({', '.join(ids)})")
+    subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=120)
+    deadline = time.monotonic() + timeout_s
+    cells = [c.cell for c in active]
+    while time.monotonic() < deadline:
+        if not any(c.active for c in poll(out_dir, cells)):
+            return
+        time.sleep(1)
+    console.print("[yellow]some cancelled jobs have not ended yet; submitting anyway[/]")
