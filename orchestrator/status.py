@@ -1,7 +1,7 @@
 """`export-matrix status`: the recorded cells as a table, stale ones marked.
 
 Where a Slurm sweep left `DIR/manifest.json`, every job in it is asked about in one `sacct` call; jobs that ended
-without finishing their record get one from Slurm's state and their log (orchestrator/slurm.py), and cells whose
+without finishing their record get one from Slurm's state and their log (orchestrator/slurm/), and cells whose
 job is still pending or running show that.
 """
 
