@@ -149,7 +149,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def cmd_env_build(args: argparse.Namespace) -> int:
     from .cells import recipes
-    from .envs import EnvBuildError, build_env
+    from .envs import EnvBuildError, build_env_logged
 
     composed = compose_config([f"matrix.torch=[{args.name}]", *args.overrides], args.config_dir)
     found = recipes(composed)
@@ -159,13 +159,10 @@ def cmd_env_build(args: argparse.Namespace) -> int:
     recipe = found[args.name]
     console = Console(stderr=True)
     console.print(f"building {args.name} in {recipe.path} ({', '.join(recipe.requirements)})")
-    log_path = recipe.envs_dir / f"{recipe.path.name}.log"
-    recipe.envs_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with open(log_path, "w") as log:
-            python = build_env(recipe, log)
+        python = build_env_logged(recipe)
     except EnvBuildError as exc:
-        print(f"export-matrix: error: torch build {args.name}: {exc} (log: {log_path})", file=sys.stderr)
+        print(f"export-matrix: error: torch build {args.name}: {exc}", file=sys.stderr)
         return 1
     console.print(f"[green]built[/] {python}")
     return 0

@@ -144,6 +144,17 @@ def build_env(recipe: EnvRecipe, log: Any = None) -> Path:
     return recipe.python
 
 
+def build_env_logged(recipe: EnvRecipe) -> Path:
+    """build_env with its commands' output in envs/<name>-<hash>.log, named in the error if it fails."""
+    recipe.envs_dir.mkdir(parents=True, exist_ok=True)
+    log_path = recipe.envs_dir / f"{recipe.path.name}.log"
+    try:
+        with open(log_path, "w") as log:
+            return build_env(recipe, log)
+    except EnvBuildError as exc:
+        raise EnvBuildError(f"{exc} (log: {log_path})") from None
+
+
 def apply_patch(patch: Path, site: Path) -> None:
     """Apply a `git diff`-style patch (a/torch/... paths) to site-packages and check every hunk went in."""
     args = ["patch", "-p1", "--batch", "--forward", "-d", str(site), "-i", str(patch)]

@@ -73,6 +73,14 @@ class Preempted(Exception):
     """Slurm preempted the job again after its requeues were spent (the Slurm launcher raises it on USR2)."""
 
 
+def refuse(spec: CellSpec, attempt: int, step: str, reason: str) -> dict[str, Any]:
+    """Write the `error` record of a cell that could not be started at all (no environment, sbatch said no)."""
+    record = spec.new_record(status="error", attempt=attempt, failed_step=step, error=reason, started_at=now(),
+                             ended_at=now(), fingerprint=spec.fingerprint)
+    write_record(spec.cell_dir, record)
+    return record.to_dict()
+
+
 def current_job_id() -> str | None:
     """The job's id as Slurm and submitit name it: `A_i` for a task of an array."""
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
@@ -92,9 +100,7 @@ def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> dict[str, A
     """Run one cell and return its record (also written to the cell's record.json)."""
     cell_dir = spec.cell_dir
     cell_dir.mkdir(parents=True, exist_ok=True)
-    record = Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu, torch=spec.torch, exporter=spec.exporter,
-                    attempt=attempt, fixes=list(spec.fixes), started_at=now(), job_id=current_job_id(),
-                    requeues=requeues)
+    record = spec.new_record(attempt=attempt, started_at=now(), job_id=current_job_id(), requeues=requeues)
     earlier = read_record(cell_dir)
     if earlier is not None and earlier.job_id and not record.job_id:
         record.job_id = earlier.job_id

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .job import now, run_cell
 from .logparse import tail
-from .record import UNFINISHED, Record, read_record, start_attempt, write_record
+from .record import UNFINISHED, read_record, start_attempt, write_record
 from .spec import CellSpec
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "yellow", "killed": "magenta",
@@ -33,9 +33,7 @@ def job_timeout_min(spec: CellSpec) -> int:
 def prepare(spec: CellSpec) -> int:
     """Archive the cell's previous attempt and leave a `pending` record for this one."""
     attempt = start_attempt(spec.cell_dir)
-    write_record(spec.cell_dir, Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu, torch=spec.torch,
-                                       exporter=spec.exporter, status="pending", attempt=attempt,
-                                       fixes=list(spec.fixes)))
+    write_record(spec.cell_dir, spec.new_record(status="pending", attempt=attempt))
     return attempt
 
 
@@ -45,8 +43,7 @@ def local_executor(out_dir: Path) -> submitit.AutoExecutor:
 
 def finish_lost(spec: CellSpec, job: submitit.Job | None, reason: str) -> dict[str, Any]:
     """Write the record of a job that ended without writing its own final one."""
-    record = read_record(spec.cell_dir) or Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu,
-                                                  torch=spec.torch, exporter=spec.exporter)
+    record = read_record(spec.cell_dir) or spec.new_record()
     if record.status not in UNFINISHED:
         return record.to_dict()
     record.status = "cancelled" if record.status == "pending" and job is None else "killed"

@@ -9,9 +9,9 @@ from typing import Any
 
 from rich.console import Console
 
-from .envs import EnvBuildError, build_env
-from .job import now
-from .record import Record, start_attempt, write_record
+from .envs import EnvBuildError, build_env_logged
+from .job import refuse
+from .record import start_attempt
 from .spec import CellSpec
 
 
@@ -23,21 +23,11 @@ def build_missing_envs(specs: list[CellSpec], console: Console) -> tuple[list[Ce
         if recipe.built:
             continue
         console.print(f"building the environment of torch build {name} in {recipe.path} (uv)")
-        log_path = recipe.envs_dir / f"{recipe.path.name}.log"
-        recipe.envs_dir.mkdir(parents=True, exist_ok=True)
         try:
-            with open(log_path, "w") as log:
-                build_env(recipe, log)
+            build_env_logged(recipe)
         except EnvBuildError as exc:
-            failed[name] = f"{exc} (log: {log_path})"
+            failed[name] = str(exc)
             console.print(f"[red]torch build {name}: {exc}[/]")
     refused = [s for s in specs if s.recipe and s.recipe.name in failed]
-    return [s for s in specs if s not in refused], [_refuse(s, failed[s.recipe.name]) for s in refused]
-
-
-def _refuse(spec: CellSpec, reason: str) -> dict[str, Any]:
-    record = Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu, torch=spec.torch, exporter=spec.exporter,
-                    status="error", attempt=start_attempt(spec.cell_dir), failed_step="env", error=reason,
-                    fixes=list(spec.fixes), started_at=now(), ended_at=now(), fingerprint=spec.fingerprint)
-    write_record(spec.cell_dir, record)
-    return record.to_dict()
+    records = [refuse(s, start_attempt(s.cell_dir), "env", failed[s.recipe.name]) for s in refused]
+    return [s for s in specs if s not in refused], records

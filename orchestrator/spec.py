@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .envs import EnvRecipe
+from .record import Record
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -41,7 +42,12 @@ class CellSpec:
 
     @property
     def cell_dir(self) -> Path:
-        return Path(self.out_dir) / "cells" / self.policy / self.gpu / self.torch
+        return cell_dir(self.out_dir, self.id)
+
+    def new_record(self, **fields: Any) -> Record:
+        """A record of this cell: its names and fixes, plus the given fields."""
+        return Record(cell=self.id, policy=self.policy, gpu=self.gpu, torch=self.torch, exporter=self.exporter,
+                      fixes=list(self.fixes), **fields)
 
 
 def cell_dir(out_dir: Path | str, cell_id: str) -> Path:

@@ -15,7 +15,7 @@ import submitit
 from submitit.core.utils import DelayedSubmission, UncompletedJobError
 
 from ..job import Preempted, now, run_cell
-from ..record import Record, read_record, write_record
+from ..record import read_record, write_record
 from ..spec import CellSpec
 
 # Slurm may send the --signal up to 60 s before the time it was asked for.
@@ -86,8 +86,7 @@ class CellJob(submitit.helpers.Checkpointable):
 
     def _give_up(self) -> dict[str, Any]:
         spec = self.spec
-        record = read_record(spec.cell_dir) or Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu,
-                                                      torch=spec.torch, exporter=spec.exporter)
+        record = read_record(spec.cell_dir) or spec.new_record()
         record.status, record.requeues, record.ended_at = "failed", self.requeues, now()
         record.attempt, record.fixes = self.attempt, list(spec.fixes)
         record.error = (f"Slurm ran the job {self.requeues + 1} times (preemption or node failure); "

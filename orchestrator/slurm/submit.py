@@ -17,9 +17,8 @@ from typing import Any
 import submitit
 from rich.console import Console
 
-from ..job import now
+from ..job import now, refuse
 from ..launch import job_timeout_min, prepare
-from ..record import Record, write_record
 from ..spec import CellSpec
 from .cell_job import CellJob
 from .follow import CellState, poll
@@ -120,7 +119,7 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
         except Exception as exc:  # sbatch refused the array (bad partition, account, resources)
             reason = (str(exc).strip().splitlines() or [repr(exc)])[-1]
             console.print(f"[bold red]sbatch refused[/] {len(group)} cells ({_describe(res)}): {reason}")
-            refused += [_refuse(spec, attempts[spec.id], f"sbatch refused the job array: {reason}")
+            refused += [refuse(spec, attempts[spec.id], "submit", f"sbatch refused the job array: {reason}")
                         for spec in group]
             continue
         array_id = str(jobs[0].job_id).split("_")[0]
@@ -172,14 +171,6 @@ def _submit_array(out_dir: Path, settings: SlurmSettings, res: dict[str, Any], g
             jobs.append(executor.submit(CellJob(spec, attempts[spec.id], res["time_min"] * 60.0,
                                                 settings.signal_delay_s, settings.max_requeues)))
     return jobs
-
-
-def _refuse(spec: CellSpec, attempt: int, reason: str) -> dict[str, Any]:
-    record = Record(cell=spec.id, policy=spec.policy, gpu=spec.gpu, torch=spec.torch, exporter=spec.exporter,
-                    status="error", attempt=attempt, failed_step="submit", error=reason, fixes=list(spec.fixes),
-                    started_at=now(), ended_at=now(), fingerprint=spec.fingerprint)
-    write_record(spec.cell_dir, record)
-    return record.to_dict()
 
 
 def _cancel(out_dir: Path, active: list[CellState], console: Console, timeout_s: float = 120) -> None:
