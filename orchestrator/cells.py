@@ -62,7 +62,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
         policy = to_plain(cfg.policies[cell["policy"]])
         gpu = to_plain(cfg.gpus[cell["gpu"]])
         build = to_plain(cfg.builds[cell["torch"]])
-        exporter_name = exporter_choice or gpu["exporter"]
+        exporter_name = policy.get("exporter") or exporter_choice or gpu["exporter"]
         exporter = to_plain(cfg.exporters[exporter_name])
         _check_checkpoint(cell["policy"], policy.get("checkpoint"))
         recipe = built_from.get(cell["torch"])
@@ -82,7 +82,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
                 exporter=exporter_name,
                 python=python,
                 command=[str(part) for part in exporter["command"]],
-                checkpoint=policy["checkpoint"],
+                checkpoint=policy.get("checkpoint") or {},
                 task=policy.get("task"),
                 export_args=[str(a) for a in policy.get("export_args") or []],
                 timeout_min=float(policy.get("timeout_min") or 60),
@@ -95,6 +95,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
                 configs=configs,
                 recipe=recipe if not build.get("python") else None,
                 fingerprint=fingerprint(configs, identities[cell["torch"]]) if with_fingerprints else {},
+                requires_cuda=bool(exporter.get("requires_cuda")),
             )
         )
     return specs
@@ -105,8 +106,10 @@ def _env(node: dict[str, Any]) -> dict[str, str]:
 
 
 def _check_checkpoint(policy: str, checkpoint: Any) -> None:
+    if checkpoint is None:  # a standalone repro: no checkpoint
+        return
     if not isinstance(checkpoint, dict) or len(checkpoint) != 1 or not ({"random", "path"} & checkpoint.keys()):
-        raise ConfigError(f"policy {policy!r}: checkpoint must be {{random: {{type: ...}}}} or {{path: ...}}, "
+        raise ConfigError(f"policy {policy!r}: checkpoint must be {{random: {{type: ...}}}}, {{path: ...}} or null, "
                           f"got {checkpoint!r}")
     if "random" in checkpoint and not (checkpoint["random"] or {}).get("type"):
         raise ConfigError(f"policy {policy!r}: checkpoint.random needs a lerobot policy type")

@@ -93,7 +93,7 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
         axes = [f"+{group}@{AXES[group]}.{n}={n}" for group, values in names.items() for n in values]
         not_exporters = [o for o in overrides if not o.lstrip("+~").startswith("exporters.")]
         cfg = _compose(search + axes + not_exporters)
-        exporters = _exporter_names(cfg, choices, names["gpu"], options["exporter"])
+        exporters = _exporter_names(cfg, choices, names, options["exporter"])
         axes += [f"+exporter@exporters.{n}={n}" for n in exporters]
         cfg = _compose(search + axes + overrides)
     return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs)
@@ -120,16 +120,19 @@ def _names(matrix: DictConfig, key: str, valid: list[str], kind: str) -> list[st
     return values
 
 
-def _exporter_names(cfg: DictConfig, choices: dict[str, Any], gpus: list[str], valid: list[str]) -> list[str]:
-    """The exporter chosen with `exporter=NAME`, else each GPU's default."""
-    chosen = choices.get("exporter")
-    if chosen:
-        return [chosen]
+def _exporter_names(cfg: DictConfig, choices: dict[str, Any], axes: dict[str, list[str]],
+                    valid: list[str]) -> list[str]:
+    """Every policy's own exporter (a standalone repro's), then the one chosen with `exporter=NAME`, else each
+    GPU's default."""
     names: list[str] = []
-    for gpu in gpus:
-        name = cfg.gpus[gpu].get("exporter")
+    owners = [("policy", p, cfg.policies[p].get("exporter")) for p in axes["policy"]]
+    chosen = choices.get("exporter")
+    owners += [("choice", "", chosen)] if chosen else [("gpu", g, cfg.gpus[g].get("exporter")) for g in axes["gpu"]]
+    for kind, owner, name in owners:
+        if kind == "policy" and name is None:
+            continue
         if name not in valid:
-            raise unknown(f"exporter (default of gpu {gpu})", name, valid)
+            raise unknown(f"exporter (of {kind} {owner})" if owner else "exporter", name, valid)
         if name not in names:
             names.append(name)
     return names

@@ -25,16 +25,8 @@ from .spec import PACKAGE_DIR, CellSpec
 EXPORT_LOG = "export.log"
 MAKE_RANDOM_LOG = "make_random.log"
 BUNDLE_DIR = "bundle"
-PROBE = """
-import importlib.metadata as m, json, platform
-def v(name):
-    try:
-        return m.version(name)
-    except m.PackageNotFoundError:
-        return None
-print(json.dumps({"python": platform.python_version(),
-                  **{n: v(n) for n in ("torch", "executorch", "lerobot", "transformers")}}))
-"""
+PROBE = PACKAGE_DIR / "scripts" / "probe.py"
+INDUCTOR_CACHE = "inductor_cache"
 
 
 def now() -> str:
@@ -47,6 +39,8 @@ def job_env(spec: CellSpec) -> dict[str, str]:
     if "/" in spec.python:
         env["PATH"] = f"{Path(spec.python).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("HF_HUB_OFFLINE", "1")
+    # One Inductor cache per out_dir: a rerun of a CUDA export finds its kernels and autotuning choices there.
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(spec.out_dir) / INDUCTOR_CACHE))
     env.update(spec.env)
     env.update(EXPORT_MATRIX_CELL=spec.id, EXPORT_MATRIX_POLICY=spec.policy, EXPORT_MATRIX_GPU=spec.gpu,
                EXPORT_MATRIX_TORCH=spec.torch)
@@ -63,7 +57,9 @@ def export_command(spec: CellSpec, ckpt: str, out: Path) -> list[str]:
 
 
 def probe_versions(spec: CellSpec, env: dict[str, str]) -> dict[str, Any]:
-    done = subprocess.run([spec.python, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
+    """The build's versions and NVML's GPU; with `cuda` (what torch sees) where the exporter needs a GPU."""
+    command = [spec.python, str(PROBE), *(["--cuda"] if spec.requires_cuda else [])]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"{spec.python} could not report its versions: {done.stderr.strip()[-300:]}")
     return {**json.loads(done.stdout.strip().splitlines()[-1]), **gpu.describe()}
@@ -134,11 +130,15 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
     record.logs = {"export": EXPORT_LOG}
     record.failed_step = "setup"
     record.versions = probe_versions(spec, env)
+    cuda = record.versions.pop("cuda", None)
+    if cuda is not None and not cuda.get("available"):
+        record.status, record.error = "error", f"no CUDA device visible to the job: {cuda.get('why')}"
+        return
     record.failed_step = None
     if spec.fingerprint:
         seen = {k: record.versions.get(k) for k in ("gpu_name", "gpu_driver") if record.versions.get(k)}
         record.fingerprint = {**spec.fingerprint, **seen}
-    ckpt = spec.checkpoint.get("path")
+    ckpt = spec.checkpoint.get("path", "")
     if "random" in spec.checkpoint:
         record.logs["make_random"] = MAKE_RANDOM_LOG
         log = cell_dir / MAKE_RANDOM_LOG
@@ -164,8 +164,11 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
     record.peak_gpu_mib = outcome.peak_gpu_mib
     text = log.read_text(errors="replace")
     found = parse_log(text, spec.parse)
-    for key in ("max_diff", "tolerance", "margin", "eager_ms", "exported_ms", "speedup"):
+    for key in ("max_diff", "tolerance", "margin", "eager_ms", "exported_ms", "speedup", "check", "check_reason",
+                "repro"):
         setattr(record, key, found.get(key))
+    record.steps_s = found.get("steps_s") or {}
+    record.peak_gpu_phases = found.get("peak_gpu_phases") or {}
     record.log_tail = tail(text, spec.parse["tail_lines"])
     if outcome.timed_out:
         record.status, record.failed_step = "timeout", found.get("failed_step") or "export"
@@ -173,9 +176,9 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
     elif outcome.returncode < 0:
         record.status, record.failed_step = "killed", found.get("failed_step") or "export"
         record.error = f"the exporter was killed by {signal.Signals(-outcome.returncode).name}"
-    elif outcome.returncode != 0 or found.get("check") == "failed":
-        record.status = "failed"
-        record.failed_step = found.get("failed_step") or ("check" if found.get("check") == "failed" else "export")
+    elif outcome.returncode != 0 or found.get("test_case") == "failed":
+        record.status = "oom" if found.get("oom") else "failed"
+        record.failed_step = found.get("failed_step") or ("check" if found.get("test_case") == "failed" else "export")
         record.error = found.get("error") or f"the exporter exited with status {outcome.returncode}"
     else:
         record.status = "passed"

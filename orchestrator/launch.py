@@ -6,6 +6,7 @@ own record (killed, lost, cancelled before it started) gets one from what submit
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -30,6 +31,25 @@ def job_timeout_min(spec: CellSpec) -> int:
     return int(2 * spec.timeout_min) + 5
 
 
+def gpus_requested(spec: CellSpec) -> int:
+    """The GPUs a cell asks for: the count of its gres (`gpu:h200:1`, `gpu:2`), 0 without one."""
+    gres = str(spec.slurm.get("gres") or "")
+    if not gres.startswith("gpu"):
+        return 0
+    count = gres.rsplit(":", 1)[-1]
+    return int(count) if count.isdigit() else 1
+
+
+def local_gpu_parameters(spec: CellSpec) -> dict[str, Any]:
+    """submitit's local executor sets CUDA_VISIBLE_DEVICES from gpus_per_node (none: an empty list, which hides
+    every GPU), counting from the GPUs this process may see."""
+    visible = [int(i) for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i.strip().isdigit()]
+    gpus = gpus_requested(spec)
+    if visible and gpus > len(visible):
+        gpus = len(visible)
+    return {"gpus_per_node": gpus, **({"visible_gpus": tuple(visible)} if visible else {})}
+
+
 def prepare(spec: CellSpec) -> int:
     """Archive the cell's previous attempt and leave a `pending` record for this one."""
     attempt = start_attempt(spec.cell_dir)
@@ -37,8 +57,9 @@ def prepare(spec: CellSpec) -> int:
     return attempt
 
 
-def local_executor(out_dir: Path) -> submitit.AutoExecutor:
-    return submitit.AutoExecutor(folder=out_dir / "submitit" / "%j", cluster="local")
+def local_executor(out_dir: Path) -> submitit.LocalExecutor:
+    """submitit's LocalExecutor itself: AutoExecutor does not pass `visible_gpus` through."""
+    return submitit.LocalExecutor(folder=out_dir / "submitit" / "%j")
 
 
 def finish_lost(spec: CellSpec, job: submitit.Job | None, reason: str) -> dict[str, Any]:
@@ -82,7 +103,7 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
             while queue or running:
                 while queue and len(running) < max(parallel, 1):
                     spec = queue.pop(0)
-                    executor.update_parameters(timeout_min=job_timeout_min(spec), name=spec.id)
+                    executor.update_parameters(timeout_min=job_timeout_min(spec), **local_gpu_parameters(spec))
                     job = executor.submit(run_cell, spec, attempts[spec.id])
                     running[spec.id] = (spec, job)
                     progress.console.print(f"[dim]started[/] {spec.id} [dim](job {job.job_id})[/]")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -23,7 +24,7 @@ def parse_log(text: str, patterns: dict[str, Any]) -> dict[str, Any]:
         if hits:
             found["max_diff"] = _number(hits[-1]["max_diff"])
             found["tolerance"] = _number(hits[-1]["tolerance"])
-            found["check"] = "passed" if key == "check_passed" else "failed"
+            found["test_case"] = "passed" if key == "check_passed" else "failed"
     if found.get("max_diff") is not None and found.get("tolerance"):
         found["margin"] = found["max_diff"] / found["tolerance"]
     timing = list(re.finditer(patterns["timing"], text))
@@ -32,6 +33,7 @@ def parse_log(text: str, patterns: dict[str, Any]) -> dict[str, Any]:
         found["eager_ms"], found["exported_ms"] = eager, exported
         if eager and exported:
             found["speedup"] = eager / exported
+    found.update(_embedded_lines(text, patterns))
     lines = text.splitlines()
     step_line = None
     for index, line in enumerate(lines):
@@ -39,6 +41,30 @@ def parse_log(text: str, patterns: dict[str, Any]) -> dict[str, Any]:
         if hit:
             found["failed_step"], step_line = hit["step"], index
     found["error"] = last_error_line(lines[:step_line] if step_line is not None else lines, patterns["exception"])
+    return found
+
+
+def _embedded_lines(text: str, patterns: dict[str, Any]) -> dict[str, Any]:
+    """What only the embedded exporters and repros print: the check that ran, GPU memory, step times, results.
+
+    Patterns missing from a user's config (one written before they existed) are skipped."""
+    found: dict[str, Any] = {}
+    if patterns.get("oom") and re.search(patterns["oom"], text):
+        found["oom"] = True
+    hits = list(re.finditer(patterns["check_kind"], text)) if patterns.get("check_kind") else []
+    if hits:
+        found["check"], found["check_reason"] = hits[-1]["check"], hits[-1]["reason"]
+    hits = list(re.finditer(patterns["gpu_memory"], text)) if patterns.get("gpu_memory") else []
+    if hits:
+        found["peak_gpu_phases"] = {k: _number(hits[-1][k]) for k in ("export", "run")}
+    if patterns.get("step_seconds"):
+        found["steps_s"] = {hit["step"]: _number(hit["seconds"]) for hit in re.finditer(patterns["step_seconds"], text)}
+    hits = list(re.finditer(patterns["repro"], text)) if patterns.get("repro") else []
+    if hits:
+        try:
+            found["repro"] = json.loads(hits[-1]["json"])
+        except ValueError:
+            found["repro"] = {"reproduced": None, "summary": f"unreadable result line: {hits[-1]['json'][:200]}"}
     return found
 
 

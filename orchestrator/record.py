@@ -44,7 +44,12 @@ class Record:
     eager_ms: float | None = None
     exported_ms: float | None = None
     speedup: float | None = None
-    peak_gpu_mib: float | None = None
+    peak_gpu_mib: float | None = None  # NVML: the export's process group, sampled by the job
+    peak_gpu_phases: dict[str, float] = field(default_factory=dict)  # the exporter's own: export, run (MiB)
+    check: str | None = None  # which check ran: executorch | aoti | none (embedded CUDA exporter)
+    check_reason: str | None = None  # why not executorch (aoti), why nothing could run (none)
+    steps_s: dict[str, float] = field(default_factory=dict)  # the exporter's steps ("compile-model": 41.2)
+    repro: dict[str, Any] | None = None  # a standalone repro's result: row, reproduced, summary, measurements
     fixes: list[str] = field(default_factory=list)
     versions: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None

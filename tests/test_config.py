@@ -45,11 +45,11 @@ def test_seed_checkpoints_tasks_and_args() -> None:
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("matrix=nope", "unknown matrix 'nope' (valid: smoke, tracking)"),
-    ("exporter=nope", "unknown exporter 'nope' (valid: executorch_cpu, lerobot_cuda)"),
+    ("matrix=nope", "unknown matrix 'nope' (valid: gpu_smoke, repros, smoke, tracking)"),
+    ("exporter=nope", "unknown exporter 'nope' (valid: executorch_cpu, executorch_cuda, lerobot_cuda, repro)"),
     ("launcher=nope", "unknown launcher 'nope' (valid: "),
     ("matrix.policies=[act,nope]", "unknown policy 'nope' (valid: act, cosmos3, diffusion,"),
-    ("matrix.gpus=[h200]", "unknown gpu 'h200' (valid: a100, cpu, h100)"),
+    ("matrix.gpus=[h800]", "unknown gpu 'h800' (valid: a100, cpu, h100, h200)"),
     ("matrix.torch=[nightly]", "unknown torch 'nightly' (valid: local, pr202785, pr202925, stock)"),
     ("matrix.exclude=[{policy: flux3, gpu: cpu}]", "exclude {'policy': 'flux3', 'gpu': 'cpu'} matches no cell"),
     ("matrix.exclude=[{chip: a100}]", "unknown matrix axis 'chip'"),

@@ -46,7 +46,7 @@ def test_error_is_the_last_exception_not_an_earlier_one() -> None:
 def test_check_failure_gives_diff_tolerance_and_margin() -> None:
     found = parse_log(log(ROW5), PATTERNS)
     assert found["max_diff"] == pytest.approx(0.0953) and found["tolerance"] == 0.075
-    assert found["margin"] == pytest.approx(0.0953 / 0.075) and found["check"] == "failed"
+    assert found["margin"] == pytest.approx(0.0953 / 0.075) and found["test_case"] == "failed"
     assert found["error"] == ROW5
 
 
@@ -54,7 +54,7 @@ def test_check_pass_and_timing() -> None:
     text = ("Exported policy test case: largest difference 2.20e-02 (tolerance 0.075)\n"
             "Exported policy timing: eager 105.000 ms, exported 359.000 ms (median of 5 runs)\n")
     found = parse_log(text, PATTERNS)
-    assert (found["max_diff"], found["tolerance"], found["check"]) == (0.022, 0.075, "passed")
+    assert (found["max_diff"], found["tolerance"], found["test_case"]) == (0.022, 0.075, "passed")
     assert found["margin"] == pytest.approx(0.022 / 0.075)
     assert (found["eager_ms"], found["exported_ms"]) == (105.0, 359.0)
     assert found["speedup"] == pytest.approx(105 / 359)

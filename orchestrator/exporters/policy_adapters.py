@@ -1,4 +1,4 @@
-"""Per-policy adapters for the CPU ExecuTorch exporter (executorch_cpu.py).
+"""Per-policy adapters for the embedded exporters (executorch_cpu.py, executorch_cuda.py).
 
 An adapter says, for one LeRobot policy type:
   - which tensors make up the example input (observation tensors, and noise where the policy samples it),
@@ -10,7 +10,7 @@ An adapter says, for one LeRobot policy type:
 The exporter compares the ExecuTorch program against the eager reference, so an adapter that drifts from
 the policy's real inference shows up as a failed check rather than passing silently.
 
-Imports only stdlib, torch and lerobot: it runs in the torch build's interpreter, next to executorch_cpu.py.
+Imports only stdlib, torch and lerobot: it runs in the torch build's interpreter, next to the exporters.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from torch import Tensor, nn
 OBS_IMAGE = "observation.image"
 OBS_IMAGES = "observation.images"
 ACTION = "action"
+OBS_LANGUAGE_TOKENS = "observation.language.tokens"
+OBS_LANGUAGE_MASK = "observation.language.attention_mask"
 
 
 class NamedInputs(nn.Module):
@@ -43,6 +45,7 @@ class ChunkAdapter:
 
     name = "predict_action_chunk"
     obs_steps = 0  # 0: no time dimension in the observation tensors; n: (B, n, ...)
+    preprocess = True  # run the checkpoint's saved preprocessor on the observation (False: the adapter's own)
 
     def __init__(self, policy: nn.Module):
         self.policy = policy
@@ -168,11 +171,13 @@ class DiffusionAdapter(ChunkAdapter):
 
     def _step_table(self, named):
         """Per step: timestep (B,), coefficients (6,), noise (B, horizon, action_dim)."""
+        device = named["noise"].device  # the table lives where the program runs (CPU or GPU)
         draws = list(named["step_noise"].unbind(0)) if "step_noise" in named else []
-        zeros = torch.zeros(self._noise_shape())
+        zeros = torch.zeros(self._noise_shape(), device=device)
         rows = []
-        for t, coef, noisy in zip(self.timesteps, self.coef, self.noisy, strict=True):
-            rows.append((torch.full((1,), t, dtype=torch.long), coef, draws.pop(0) if noisy else zeros))
+        for t, coef, noisy in zip(self.timesteps, self.coef.to(device), self.noisy, strict=True):
+            rows.append((torch.full((1,), t, dtype=torch.long, device=device), coef,
+                         draws.pop(0) if noisy else zeros))
         return rows
 
     def programs(self, names, named):
@@ -376,6 +381,43 @@ class GaussianActorAdapter(SelectActionAdapter):
         return torch.tanh(means + std.sqrt() * eps)
 
 
+class LanguageTokensAdapter(ChunkAdapter):
+    """pi0, pi05: the prompt's token ids and mask, and the flow-matching noise, as inputs of the program.
+
+    Their preprocessor tokenizes --task with PaliGemma's tokenizer, which lives on the Hugging Face hub, so
+    offline the adapter feeds seeded token ids (below PaliGemma's vocabulary size) and an all-true mask of the
+    config's tokenizer_max_length instead; with make_random's weights any ids test the compiler as well. The
+    noise that sample_actions would draw (chunk_size x max_action_dim) is an input, and eager gets the same.
+    """
+
+    name = "language_tokens_and_noise"
+    preprocess = False
+    TOKEN_IDS = 1024
+
+    def observation(self, gen):
+        obs = super().observation(gen)
+        length = self.config.tokenizer_max_length
+        obs[OBS_LANGUAGE_TOKENS] = torch.randint(0, self.TOKEN_IDS, (1, length), generator=gen)
+        obs[OBS_LANGUAGE_MASK] = torch.ones(1, length, dtype=torch.bool)
+        return obs
+
+    def extra_inputs(self, batch, gen):
+        return {"noise": torch.randn((1, self.config.chunk_size, self.config.max_action_dim), generator=gen)}
+
+    def eager(self, named):
+        self.policy.reset()
+        return self._forward(self.policy, named)
+
+    @staticmethod
+    def _forward(policy, named):
+        named = dict(named)
+        noise = named.pop("noise")
+        return policy.predict_action_chunk(named, noise=noise)  # float32, as the policy's own sample_noise
+
+    def describe(self):
+        return {"adapter": self.name, "token_ids": "seeded ids in [0, 1024), mask all true (no hub tokenizer)"}
+
+
 def make_adapter(policy: nn.Module) -> ChunkAdapter:
     kind = policy.config.type
     if kind == "diffusion":
@@ -386,4 +428,6 @@ def make_adapter(policy: nn.Module) -> ChunkAdapter:
         return QueuedChunkAdapter(policy, _prepare_tdmpc)
     if kind == "gaussian_actor":
         return GaussianActorAdapter(policy)
+    if kind in ("pi0", "pi05"):
+        return LanguageTokensAdapter(policy)
     return ChunkAdapter(policy)

@@ -1,0 +1,103 @@
+"""Lower exported programs with ExecuTorch's CUDA backend, write them, and load them back to run and check.
+
+Shared by the executorch_cuda exporter and the standalone repros (orchestrator/repros/), so both lower with the
+backend's own options and both say the same way which check ran:
+
+  "executorch"  the installed ExecuTorch runtime has CudaBackend (a CUDA build of ExecuTorch): model.pte + .ptd
+                are loaded and executed by it;
+  "aoti"        it has not (PyPI's wheel): each method's compiled .so and weights blob, taken from the program's
+                named data, run through the AOTInductor C interface with libtorch's shims (aoti_runner.py);
+  "none"        neither could run; the reason says why, and the caller must not call the program checked.
+
+Imports only stdlib at module level: the file runs in a torch build's interpreter, next to the exporters.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aoti_runner import AotiMethod, executorch_cuda_unavailable, named_blobs
+
+PTD_NAME = "aoti_cuda_blob.ptd"
+RunMethod = Callable[[str, list[Any]], list[Any]]
+
+
+def compile_options() -> dict[str, Any]:
+    """The AOTInductor options CudaBackend compiles with (asked from the backend, never retyped)."""
+    from executorch.backends.cuda.cuda_backend import CudaBackend
+
+    return dict(CudaBackend.get_aoti_compile_options([]))
+
+
+def lower(eps: dict[str, Any]) -> Any:
+    """to_edge_transform_and_lower with one CudaPartitioner per method, then to_executorch."""
+    from executorch.backends.cuda.cuda_backend import CudaBackend
+    from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    partitioners = {m: [CudaPartitioner([CudaBackend.generate_method_name_compile_spec(m)])] for m in eps}
+    edge = to_edge_transform_and_lower(eps, partitioner=partitioners,
+                                       compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    return edge.to_executorch()
+
+
+def write(program: Any, out: Path) -> tuple[Path, Path]:
+    """OUT/model.pte and OUT/aoti_cuda_blob.ptd (the weights)."""
+    out.mkdir(parents=True, exist_ok=True)
+    pte = out / "model.pte"
+    with open(pte, "wb") as handle:
+        program.write_to_file(handle)
+    program.write_tensor_data_to_file(str(out))
+    return pte, out / PTD_NAME
+
+
+@dataclass
+class LoadedProgram:
+    check: str  # "executorch" | "aoti" | "none"
+    reason: str | None  # why not executorch (for "aoti"), why neither (for "none")
+    run: RunMethod | None
+
+
+def load(pte: Path, blobs: dict[str, tuple[bytes, bytes]], workdir: Path, device: str = "cuda") -> LoadedProgram:
+    """The program ready to run: through the ExecuTorch runtime where it has CudaBackend, else through AOTI."""
+    reason = executorch_cuda_unavailable()
+    if reason is None:
+        try:
+            return LoadedProgram("executorch", None, _executorch_runner(pte, device))
+        except Exception as exc:  # noqa: BLE001 - the reason goes into the record and the AOTI check runs
+            reason = f"the ExecuTorch runtime could not load the program ({type(exc).__name__}: {exc})"
+    try:
+        runners = {method: AotiMethod(so, weights, workdir, method) for method, (so, weights) in blobs.items()}
+    except Exception as exc:  # noqa: BLE001
+        return LoadedProgram("none", f"{reason}; the program's AOTInductor .so did not load "
+                                     f"({type(exc).__name__}: {exc})", None)
+    return LoadedProgram("aoti", reason, lambda method, args: runners[method](list(args)))
+
+
+def blobs_of(program: Any) -> dict[str, tuple[bytes, bytes]]:
+    """Each method's (.so, weights) bytes from a lowered program, kept before the program is freed."""
+    return {method: named_blobs(program, method) for method in program.methods}
+
+
+def _executorch_runner(pte: Path, device: str) -> RunMethod:
+    import torch
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(pte, data_path=str(pte.parent / PTD_NAME))
+    methods = {name: program.load_method(name) for name in sorted(program.method_names)}
+
+    def run(method: str, args: list[Any]) -> list[Any]:
+        _ = program  # the methods need their program alive
+        outputs = methods[method].execute([a.cpu() for a in args])
+        outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        return [torch.as_tensor(o).to(device) for o in outputs]
+
+    return run
+
+
+def inductor_cache() -> str | None:
+    return os.environ.get("TORCHINDUCTOR_CACHE_DIR")

@@ -1,0 +1,295 @@
+"""The steps every embedded exporter shares: load, trace, time, and the driver that prints the fork's lines.
+
+executorch_cpu.py (XNNPACK) and executorch_cuda.py (the CUDA backend) subclass `PolicyExport` and add their
+lowering, writing and checking steps. The shared part loads a make_random checkpoint, builds a seeded example
+observation through the policy's adapter (policy_adapters.py), runs eager inference as the reference, exports
+the adapter's methods with torch.export, and times eager against the exported program.
+
+Each step that fails prints its traceback, then, as the last line,
+`error: The <step> step failed (see above), so the bundle was not written.` and the exporter exits 1; the
+orchestrator reads those lines with the patterns in conf/config.yaml (`parse:`), the same as for the fork's
+`lerobot-export`. OUT/export_info.json records what happened, also on failure.
+
+Imports only stdlib at module level: the file runs in a torch build's interpreter, never in the orchestrator's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TOLERANCE = 1e-3  # float32: eager and the lowered program differ only in summation order
+BF16_TOLERANCE = 0.2  # LeRobot's rule for bf16 policies (the repro pack, row 5: pi0, pi0.5, eo1, ...)
+
+
+def log(step: str, msg: str) -> None:
+    print(f"[{step}] {msg}", flush=True)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
+
+
+def median_ms(fn: Callable[[], Any], runs: int, sync: Callable[[], None] = lambda: None) -> float:
+    """Median wall time of `runs` calls; `sync` (torch.cuda.synchronize) brackets each so GPU work counts."""
+    times = []
+    for _ in range(runs):
+        sync()
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def parse_args(prog: str, description: str, argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--policy.path", dest="policy_path", required=True, help="checkpoint directory")
+    p.add_argument("--output_dir", required=True, help="where model.pte and export_info.json go")
+    p.add_argument("--task", default=None, help="language instruction, for policies that take one")
+    p.add_argument("--tolerance", default=None,
+                   help="largest allowed abs difference with eager (default, or 'auto': 1e-3 float32, 0.2 bf16)")
+    p.add_argument("--runs", type=int, default=None, help="timed runs for the medians (default: 5, fewer if slow)")
+    args = p.parse_args(argv)
+    if args.runs is not None and args.runs < 1:
+        p.error("--runs must be at least 1")
+    if args.tolerance in (None, "auto", "None", "null"):
+        args.tolerance = None
+    else:
+        try:
+            args.tolerance = float(args.tolerance)
+        except ValueError:
+            p.error(f"--tolerance must be a positive number or 'auto', got {args.tolerance!r}")
+        if not args.tolerance > 0:
+            p.error(f"--tolerance must be a positive number or 'auto', got {args.tolerance!r}")
+    return args
+
+
+def versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("torch", "executorch", "lerobot", "transformers"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+class PolicyExport:
+    """One policy's export: subclasses set `exporter`, `device`, `STEPS` and add their own steps."""
+
+    exporter = "base"
+    device = "cpu"
+    STEPS: tuple[str, ...] = ("load", "trace")
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.out = Path(args.output_dir)
+        self.pte = self.out / "model.pte"
+        self.wrote_pte = False
+        self.info: dict[str, Any] = {
+            "exporter": self.exporter,
+            "policy_path": args.policy_path,
+            "task": args.task,
+            "runs": args.runs,
+            "steps_s": {},
+        }
+
+    # hooks --------------------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Runs first in `load`, before torch is used: device checks, numerics settings."""
+
+    def sync(self) -> None:
+        """Waits for queued device work (CUDA); nothing on the CPU."""
+
+    def program_outputs(self) -> Any:
+        """The action from the exported program, composed by the adapter (subclasses run their program)."""
+        raise NotImplementedError
+
+    # load --------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        here = str(Path(__file__).resolve().parent)
+        if here not in sys.path:  # run as a file it is already; imported from elsewhere it may not be
+            sys.path.insert(0, here)
+        self.prepare()
+        import policy_adapters
+        import torch
+        from lerobot.configs.policies import PreTrainedConfig
+        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+        path = self.args.policy_path
+        local = Path(path)
+        if not local.exists() and (local.is_absolute() or path.startswith(".") or path.count("/") != 1):
+            raise FileNotFoundError(f"No checkpoint directory at {path}")
+        self.info["versions"] = versions()
+        torch.manual_seed(0)
+        cfg = PreTrainedConfig.from_pretrained(path)
+        cfg.device = "cpu"  # the preprocessor stays on the CPU; inputs are moved to the device below
+        if getattr(cfg, "pretrained_backbone_weights", None):
+            # The checkpoint's state dict replaces the backbone anyway; skip torchvision's download.
+            cfg.pretrained_backbone_weights = None
+        kind = cfg.type
+        log("load", f"{kind} policy from {path}")
+        policy = get_policy_class(kind).from_pretrained(path, config=cfg)
+        policy.to(self.device).eval()
+        self.policy = policy
+        self.kind = kind
+        self.dtype = str(getattr(cfg, "dtype", None) or "float32")
+        self.info["policy_type"] = kind
+        self.info["dtype"] = self.dtype
+        self.info["device"] = self.device
+        self.info["params_M"] = round(sum(p.numel() for p in policy.parameters()) / 1e6, 1)
+        default = BF16_TOLERANCE if self.dtype == "bfloat16" else DEFAULT_TOLERANCE
+        self.tolerance = self.args.tolerance or default
+        self.info["tolerance"] = self.tolerance
+
+        adapter = policy_adapters.make_adapter(policy)
+        self.adapter = adapter
+        preprocessor = None
+        if adapter.preprocess and (local / "policy_preprocessor.json").exists():
+            preprocessor, _ = make_pre_post_processors(cfg, pretrained_path=path)
+            self.info["preprocessor"] = [type(s).__name__ for s in preprocessor.steps]
+        gen = torch.Generator().manual_seed(0)
+        obs = adapter.observation(gen)
+        if self.args.task is not None:
+            obs["task"] = self.args.task
+        batch = preprocessor(obs) if preprocessor is not None else obs
+        names = adapter.input_names(batch)
+        named = {k: batch[k] for k in names}
+        named.update(adapter.extra_inputs(named, gen))
+        self.names = list(named)
+        self.inputs = [
+            (v.float() if v.is_floating_point() else v).detach().to(self.device).contiguous()
+            for v in (named[k] for k in self.names)
+        ]
+        self.named = dict(zip(self.names, self.inputs, strict=True))
+        self.info["adapter"] = adapter.describe()
+        self.info["inputs"] = {k: list(v.shape) for k, v in self.named.items()}
+        log(
+            "load",
+            f"{self.info['params_M']} M parameters ({self.dtype}, {self.device}); inputs "
+            + ", ".join(f"{k} {tuple(v.shape)}" for k, v in self.named.items()),
+        )
+
+        log("load", f"eager inference ({adapter.name})")
+        t0 = time.perf_counter()
+        self.expected = self.eager()
+        self.sync()
+        self.first_eager_s = time.perf_counter() - t0
+        self.info["output_shape"] = list(self.expected.shape)
+        log("load", f"eager action {tuple(self.expected.shape)}")
+
+    def eager(self):
+        import torch
+
+        with torch.no_grad():
+            return self.adapter.eager(dict(self.named)).detach().float()
+
+    # trace -------------------------------------------------------------------------------------------
+    def trace(self) -> None:
+        import torch
+
+        self.eps = {}
+        self.info["graph_nodes"] = {}
+        for method, (module, args) in self.adapter.programs(self.names, self.named).items():
+            log("trace", f"torch.export {method}({', '.join(str(tuple(a.shape)) for a in args)}) ...")
+            torch.manual_seed(0)
+            with torch.no_grad():
+                ep = torch.export.export(module, args)
+            self.eps[method] = ep
+            nodes = sum(1 for _ in ep.graph.nodes)
+            self.info["graph_nodes"][method] = nodes
+            log("trace", f"{method}: exported program with {nodes} nodes")
+
+    # check -------------------------------------------------------------------------------------------
+    def compare(self, got: Any, check: str) -> None:
+        """Eager against the program's action: the fork's pass line, or its RuntimeError."""
+        import torch
+
+        got = torch.as_tensor(got).float().to(self.expected.device)
+        if tuple(got.shape) != tuple(self.expected.shape):
+            raise RuntimeError(
+                f"The exported policy returns shape {tuple(got.shape)}, eager {tuple(self.expected.shape)}."
+            )
+        max_diff = (got - self.expected).abs().max().item()
+        self.info["max_diff"] = max_diff
+        self.info["check"] = check
+        if not max_diff <= self.tolerance:  # also catches NaN
+            raise RuntimeError(
+                f"The exported policy does not reproduce its test case ({max_diff:.2e} > {self.tolerance:g}). "
+                "Export it again on this device."
+            )
+        print(
+            f"Exported policy test case: largest difference {max_diff:.2e} (tolerance {self.tolerance:g})",
+            flush=True,
+        )
+
+    # time --------------------------------------------------------------------------------------------
+    def time(self) -> None:
+        runs = self.args.runs
+        if runs is None:
+            runs = max(1, min(5, int(60 / max(self.first_eager_s + self.first_exported_s, 1e-3))))
+        self.info["runs"] = runs
+        log("time", f"eager x {runs} ...")
+        eager_ms = median_ms(self.eager, runs, self.sync)
+        log("time", f"exported x {runs} ...")
+        exported_ms = median_ms(self.program_outputs, runs, self.sync)
+        self.info["eager_ms"] = eager_ms
+        self.info["exported_ms"] = exported_ms
+        print(
+            f"Exported policy timing: eager {eager_ms:.3f} ms, exported {exported_ms:.3f} ms (median of {runs} runs)",
+            flush=True,
+        )
+
+    # driver ------------------------------------------------------------------------------------------
+    def write_info(self) -> None:
+        self.info["peak_rss_mb"] = round(peak_rss_mb(), 1)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "export_info.json").write_text(json.dumps(self.info, indent=2, default=str) + "\n")
+        except OSError as e:  # the report must not hide the real result
+            print(f"warning: could not write export_info.json: {e}", file=sys.stderr, flush=True)
+
+    def step_done(self, step: str) -> None:
+        log(step, f"done in {self.info['steps_s'][step]:.1f} s (peak RSS {peak_rss_mb():.0f} MiB)")
+
+    def run(self) -> int:
+        for step in self.STEPS:
+            method = getattr(self, step.replace("-", "_"))
+            t0 = time.perf_counter()
+            try:
+                method()
+            except Exception as e:
+                self.info["steps_s"][step] = round(time.perf_counter() - t0, 3)
+                self.info["ok"] = False
+                self.info["failed_step"] = step
+                name = type(e).__qualname__
+                if type(e).__module__ != "builtins":
+                    name = f"{type(e).__module__}.{name}"
+                self.info["error"] = f"{name}: {e}"[:4000]
+                sys.stdout.flush()
+                traceback.print_exc()
+                if self.wrote_pte and self.pte.exists():
+                    self.pte.replace(self.pte.with_name("model.pte.failed"))
+                self.write_info()
+                print(
+                    f"error: The {step} step failed (see above), so the bundle was not written.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 1
+            self.info["steps_s"][step] = round(time.perf_counter() - t0, 3)
+            self.step_done(step)
+        self.info["ok"] = True
+        self.write_info()
+        return 0

@@ -1,0 +1,42 @@
+"""Print what a torch build's interpreter has, as one JSON line: its versions and, with --cuda, its CUDA device.
+
+    <python> orchestrator/scripts/probe.py [--cuda]
+
+Run by every cell's job with the build's interpreter before make_random, so a record names the versions it ran
+with, and a cell whose exporter needs a GPU stops at once, with one line, where torch sees none. Imports only
+stdlib (and torch for --cuda): that environment need not have the orchestrator installed.
+"""
+
+import importlib.metadata as metadata
+import json
+import os
+import platform
+import sys
+
+
+def version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cuda():
+    """{"available": bool, "why": one line when not}: what torch in this interpreter sees."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - any import failure is the reason
+        return {"available": False, "why": f"torch does not import ({type(exc).__name__}: {exc})"}
+    if not torch.cuda.is_available():
+        return {"available": False, "why": f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees "
+                                           f"{torch.cuda.device_count()} devices (CUDA_VISIBLE_DEVICES={visible})"}
+    major, minor = torch.cuda.get_device_capability()
+    return {"available": True, "device": torch.cuda.get_device_name(), "capability": f"sm_{major}{minor}"}
+
+
+found = {"python": platform.python_version(),
+         **{name: version(name) for name in ("torch", "executorch", "lerobot", "transformers")}}
+if "--cuda" in sys.argv[1:]:
+    found["cuda"] = cuda()
+print(json.dumps(found))
