@@ -22,9 +22,9 @@ needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="no NVIDIA GPU visible to NVM
 
 @needs_gpu
 def test_cuda_export_of_a_policy_is_checked_against_eager(tmp_path: Path) -> None:
-    cli("sweep", "matrix=gpu_smoke", "matrix.policies=[gaussian_actor]", f"out_dir={tmp_path}",
+    cli("sweep", "matrix=gpu_smoke", "matrix.policies=[tdmpc]", f"out_dir={tmp_path}",
         f"ckpt_dir={tmp_path / 'ckpts'}", timeout=900)
-    cell = record(tmp_path, "gaussian_actor/h200/local")
+    cell = record(tmp_path, "tdmpc/h200/local")
     assert cell["status"] == "passed", cell["log_tail"]
     assert cell["check"] in ("executorch", "aoti"), cell["check"]
     if cell["check"] == "aoti":  # the reason the ExecuTorch runtime did not run it is kept
@@ -33,7 +33,7 @@ def test_cuda_export_of_a_policy_is_checked_against_eager(tmp_path: Path) -> Non
     assert cell["eager_ms"] > 0 and cell["exported_ms"] > 0
     assert cell["peak_gpu_phases"]["export"] > 0 and cell["peak_gpu_phases"]["run"] > 0
     assert cell["steps_s"]["compile-model"] > 0 and cell["versions"]["gpu_capability"].startswith("sm_")
-    bundle = tmp_path / "cells/gaussian_actor/h200/local/bundle"
+    bundle = tmp_path / "cells/tdmpc/h200/local/bundle"
     assert (bundle / "model.pte").stat().st_size > 0 and (bundle / "aoti_cuda_blob.ptd").stat().st_size > 0
     assert any((tmp_path / "inductor_cache").iterdir())  # the persistent Inductor cache a rerun reuses
 

@@ -25,9 +25,9 @@ from .catalog import load_catalog
 from .records import load_records
 from .settings import DEFAULTS, Settings
 from .splice import splice_file
-from .status import build_matrix, cells_table, classify_cells
+from .status import build_matrix, cells_table, classify_cells, repro_table
 
-OUTPUTS = ("cells.csv", "matrix.csv", "matrix.md", "report.html")
+OUTPUTS = ("cells.csv", "matrix.csv", "repros.csv", "matrix.md", "report.html")
 CHANGES = "changes.md"
 
 
@@ -97,14 +97,17 @@ def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
            timings: dict[str, float] | None = None) -> Collected:
     timings = timings if timings is not None else {}
     start = time.perf_counter()
-    classified = classify_cells(cells, history, settings)
+    is_repro = cells["repro_row"].notna()
+    repros = repro_table(cells[is_repro], settings)
+    classified = classify_cells(cells[~is_repro].reset_index(drop=True), history, settings)
     matrix = build_matrix(classified, settings)
     timings["tables"] = time.perf_counter() - start
     start = time.perf_counter()
-    summary = render_md.summarize(matrix, classified, settings)
+    summary = render_md.summarize(matrix, classified, settings, repros)
     outputs = {
         "cells.csv": cells_table(classified, settings).to_csv(index=False, lineterminator="\n"),
         "matrix.csv": matrix.to_csv(index=False, lineterminator="\n"),
+        "repros.csv": repros.to_csv(index=False, lineterminator="\n"),
         "matrix.md": render_md.render(matrix, classified, settings, summary),
         "report.html": render_html.render(matrix, classified, settings, summary),
     }

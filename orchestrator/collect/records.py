@@ -19,10 +19,11 @@ import pandas as pd
 
 from ..record import ATTEMPTS_DIR, RECORD_NAME
 
+REPRO_EXPORTER = "repro"  # conf/exporter/repro.yaml: cells that run a standalone repro, not a policy export
 # The columns a cell keeps, in order; the record fields of the same name, plus what is derived from them.
 COLUMNS = ("id", "policy", "gpu", "torch", "exporter", "status", "attempt", "failed_step", "error", "max_diff",
            "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms", "fixes", "versions",
-           "log", "log_tail", "ended_at")
+           "log", "log_tail", "ended_at", "check", "repro_row", "reproduced", "repro_summary")
 NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms")
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
 
@@ -83,13 +84,22 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
     logs = get("logs")
     log = (logs.get("export") or next(iter(logs.values()), None)) if isinstance(logs, dict) and logs else None
     fixes = get("fixes") or []
+    repro = get("repro")
+    if not isinstance(repro, dict):
+        repro = {"row": None} if get("exporter") != REPRO_EXPORTER else {"row": _policy_row(policy)}
     return (
         f"{policy}/{gpu}/{torch}", policy, gpu, torch, get("exporter"), get("status") or "error",
         get("attempt") or 1, get("failed_step"), get("error"), get("max_diff"), get("tolerance"), get("margin"),
         get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
         " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes), _versions(get("versions")),
-        f"cells/{policy}/{gpu}/{torch}/{log}" if log else None, get("log_tail"), get("ended_at"),
+        f"cells/{policy}/{gpu}/{torch}/{log}" if log else None, get("log_tail"), get("ended_at"), get("check"),
+        repro.get("row"), repro.get("reproduced"), repro.get("summary"),
     )
+
+
+def _policy_row(policy: str) -> str:
+    """A repro cell that left no result (it crashed or timed out) still belongs to the repro table."""
+    return f"? ({policy})"
 
 
 def _read_chunk(paths: list[str]) -> tuple[list[tuple], list[tuple]]:
@@ -138,6 +148,7 @@ def load_records(out_dir: Path, workers: int = 1) -> tuple[pd.DataFrame, pd.Data
     cells["attempt"] = pd.to_numeric(cells["attempt"], errors="coerce").fillna(1).astype("int64")
     for column in ("id", "policy", "gpu", "torch", "status", "fixes", "versions"):
         cells[column] = cells[column].astype(str)
+    cells["repro_row"] = cells["repro_row"].map(lambda v: None if v is None or v != v else str(v)).astype(object)
     past = pd.DataFrame.from_records(history, columns=list(HISTORY_COLUMNS))
     for column in ("max_diff", "tolerance"):
         past[column] = pd.to_numeric(past[column], errors="coerce").astype("float64")

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from .render_md import LEGEND, MAX_CELLS_LISTED, Summary, cell_text, num, summarize
+from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, cell_text, num, repro_cells, summarize
 from .settings import Settings
 
 MAX_CELL_ROWS = 2000  # the per-cell table; a larger sweep lists only its first cells (cells.csv has them all)
@@ -67,6 +67,15 @@ def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summar
                "<th>Fixed by</th></tr>")
     out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in summary.failure_rows]
     out += ["</table>", f"<p>{escape(summary.policy_line)}</p>"]
+    if summary.repros:
+        out.append(f"<h2>Standalone repros</h2><p>{escape(REPROS_HEAD)}</p><table><tr><th>#</th><th>repro</th>"
+                   "<th>GPU</th><th>torch</th><th>reproduces</th><th>what it showed</th></tr>")
+        for row in summary.repros:
+            texts = repro_cells(row, settings)
+            texts[1] = _link(row["log"], texts[1])
+            out.append("<tr>" + "".join(f"<td>{t if i == 1 else escape(t)}</td>" for i, t in enumerate(texts))
+                       + "</tr>")
+        out.append("</table>")
     if summary.builds:
         out.append("<h2>Torch builds</h2><ul>")
         for build, fixes, versions in summary.builds:
@@ -87,12 +96,13 @@ def _cells_table(cells: pd.DataFrame) -> str:
     out = [f"<h2>Cells</h2><p>{len(cells)} cells"
            + (f", the first {MAX_CELL_ROWS} shown (cells.csv has them all)" if len(cells) > MAX_CELL_ROWS else "")
            + ".</p><table><tr><th>cell</th><th>status</th><th>step</th><th>failures</th><th>difference / tolerance"
-           "</th><th>speedup</th><th>peak GPU MiB</th><th>error</th></tr>"]
+           "</th><th>speedup</th><th>peak GPU MiB</th><th>check</th><th>error</th></tr>"]
     for row in shown.itertuples(index=False):
         diff = f"{num(row.max_diff)} / {num(row.tolerance)}" if num(row.max_diff) else ""
         out.append(f"<tr><td>{_link(row.log, row.id)}</td><td>{escape(row.status)}</td>"
                    f"<td>{escape(_str(row.failed_step))}</td><td>{escape(_str(row.failures))}</td>"
                    f"<td>{escape(diff)}</td><td>{escape(num(row.speedup))}</td><td>{escape(num(row.peak_gpu_mib))}"
-                   f'</td><td class="err">{escape(_str(row.error))}</td></tr>')
+                   f"</td><td>{escape(_str(row.check))}</td>"
+                   f'<td class="err">{escape(_str(row.error))}</td></tr>')
     out.append("</table>")
     return "\n".join(out)

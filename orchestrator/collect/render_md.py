@@ -23,6 +23,8 @@ LEGEND = ("✅ passes on stock torch · 🟡 passes only with a patched build (i
           "that decided the symbol; *slow*: exported slower than eager (speedup); *at limit*: difference at "
           "{at_limit:g} of the tolerance or more, or repeated runs on both sides of it.")
 MAX_ERROR_CHARS = 300
+REPROS_HEAD = ("Standalone repros (orchestrator/repros/): does the row's failure still show on each GPU and build "
+               "that ran it? A row that stops reproducing after a build change may be fixed.")
 MAX_CELLS_LISTED = 5
 _LONE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|~$])")
@@ -36,6 +38,13 @@ def md_text(text: object, limit: int | None = None) -> str:
     flat = _MD_SPECIAL.sub(r"\\\1", flat)
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _LONE_UNDERSCORE.sub(r"\\_", flat)
+
+
+def repro_cells(row: dict, settings: Settings) -> list[str]:
+    """# · repro · GPU · torch · reproduces · what it showed (the summary, else the error of a cell that broke)."""
+    shown = row["summary"] if isinstance(row["summary"], str) else row["error"]
+    return [str(row["row"]), str(row["policy"]).removeprefix("repro_"), settings.gpu_label(row["gpu"]),
+            str(row["torch"]), str(row["reproduces"]), shown if isinstance(shown, str) else ""]
 
 
 def num(value: float | None) -> str:
@@ -58,6 +67,8 @@ def cell_text(row: dict) -> str:
             pieces.append(numbers)
         else:
             pieces[0] = f"{head} {numbers}"
+    if isinstance(row.get("check"), str) and row["check"]:
+        pieces.append(f"checked by {row['check']}")  # the embedded CUDA exporter's: executorch or aoti
     if row["slow"]:
         pieces.append(f"slow {row['speedup']:.2f}×")
     if row["at_limit"]:
@@ -79,15 +90,18 @@ class Summary:
     policy_line: str
     builds: list[tuple[str, str, list[tuple[str, int]]]]  # (build, fixes text, [(versions text, cells)])
     gpu_versions: list[tuple[str, str]]
+    repros: list[dict]  # repros.csv's rows: the standalone repros and whether each still reproduces
 
 
-def summarize(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings) -> Summary:
+def summarize(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings,
+              repros: pd.DataFrame | None = None) -> Summary:
     policies = list(dict.fromkeys(matrix["policy"]))
     gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(set(matrix["gpu"]))]) if g in set(matrix["gpu"])]
     grid = {(row["policy"], row["gpu"]): row for row in matrix.to_dict("records")}
     return Summary(policies=policies, gpus=gpus, grid=grid, new_failures=new_failures(cells),
                    failure_rows=failure_rows(matrix, settings), policy_line=policy_to_failure(matrix, cells, settings),
-                   builds=build_versions(cells, settings), gpu_versions=gpu_versions(cells, settings))
+                   builds=build_versions(cells, settings), gpu_versions=gpu_versions(cells, settings),
+                   repros=[] if repros is None else repros.to_dict("records"))
 
 
 def new_failures(cells: pd.DataFrame) -> list[tuple[str, list[str]]]:
@@ -297,6 +311,11 @@ def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summar
     lines += ["", "| # | Failure | Policies | Repro | Fixed by |", "| --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in summary.failure_rows]
     lines += ["", md_text(summary.policy_line)]
+    if summary.repros:
+        lines += ["", REPROS_HEAD, "", "| # | repro | GPU | torch | reproduces | what it showed |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += ["| " + " | ".join(md_text(c, MAX_ERROR_CHARS) for c in repro_cells(r, settings)) + " |"
+                  for r in summary.repros]
     if summary.builds:
         lines += ["", "Torch builds:", ""]
         for build, fixes, versions in summary.builds:

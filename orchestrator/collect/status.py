@@ -23,11 +23,12 @@ from .settings import Settings
 
 SYMBOLS = {"pass": "✅", "patched": "🟡", "fail": "❌", "running": "⏳", "missing": "—"}
 CELL_COLUMNS = ["id", "policy", "gpu", "torch", "status", "failed_step", "failures", "error", "max_diff",
-                "tolerance", "margin", "speedup", "peak_gpu_mib", "attempt", "versions", "fixes", "stock",
+                "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "attempt", "versions", "fixes", "stock",
                 "slow", "at_limit", "straddle", "log"]
 MATRIX_COLUMNS = ["policy", "gpu", "symbol", "status", "build", "fixes", "failures", "primary", "error",
-                  "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "slow", "at_limit", "in_progress",
-                  "builds", "new_error", "cell", "log"]
+                  "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "slow", "at_limit",
+                  "in_progress", "builds", "new_error", "cell", "log"]
+REPRO_COLUMNS = ["row", "id", "policy", "gpu", "torch", "status", "reproduces", "summary", "error", "log"]
 
 
 def join_ids(flags: pd.DataFrame, ids: list[str]) -> pd.Series:
@@ -140,7 +141,7 @@ def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     agg["new_error"] = grouped["new_error"].first()
     agg["failures"] = join_ids(agg, [*catalog.ids, NEW])
     picked = decided[["torch", "fixes", "failures", "error", "max_diff", "tolerance", "margin", "speedup",
-                      "peak_gpu_mib", "slow", "at_limit", "id", "log"]]
+                      "peak_gpu_mib", "check", "slow", "at_limit", "id", "log"]]
     matrix = agg.join(picked.rename(columns={"torch": "build", "failures": "primary", "id": "cell"}))
     matrix["status"] = np.select([matrix["stock_pass"], matrix["patched_pass"], matrix["unfinished"]],
                                  ["pass", "patched", "running"], "fail")
@@ -149,6 +150,18 @@ def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
                                      np.where(matrix["status"] == "patched", matrix["stock_unfinished"],
                                               matrix["unfinished"]))
     return matrix.reset_index()
+
+
+def repro_table(repros: pd.DataFrame, settings: Settings) -> pd.DataFrame:
+    """repros.csv: per standalone repro cell, whether its failure still shows there (`yes`, `no`, `n/a` when it
+    cannot show on that GPU or build, else the cell's status when it did not finish), in row and table order."""
+    out = repros.assign(row=repros["repro_row"].astype(str), summary=repros["repro_summary"])
+    verdict = out["reproduced"].map({True: "yes", False: "no"})
+    finished = out["status"] == "passed"
+    out["reproduces"] = np.where(finished, verdict.fillna("n/a"), out["status"])
+    out = out.assign(_g=_ranks(out["gpu"], settings.gpus), _b=_ranks(out["torch"], settings.builds))
+    out = out.sort_values(["row", "_g", "_b", "torch"], kind="stable")
+    return out[REPRO_COLUMNS].reset_index(drop=True)
 
 
 def short_fixes(fixes: str) -> str:

@@ -5,7 +5,8 @@
 Each repro module here has ROW (the catalog row it reproduces) and `run(out) -> dict` with at least
 `reproduced` (True: the failure still shows; False: it does not; None: it cannot show here, `summary` says why)
 and `summary` (one line). This prints `Repro result: {json}` last, which the job reads into the record's
-`repro` field (conf/config.yaml, parse.repro). A repro that crashes prints its traceback and exits 1 like an
+`repro` field (conf/config.yaml, parse.repro); a first line with `"summary": "did not finish"` names the row
+of a repro that never gets to the end. A repro that crashes prints its traceback and exits 1 like an
 exporter, so the cell is `failed` with the error line, never a silent "not reproduced".
 
 Imports only stdlib at module level: the file runs in a torch build's interpreter, never in the orchestrator's.
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    # Said first, so a repro that crashes or is stopped still names its row; the last result line counts.
+    print("Repro result: " + json.dumps({"repro": args.repro, "row": module.ROW, "reproduced": None,
+                                         "summary": "did not finish"}), flush=True)
     result = {"repro": args.repro, "row": module.ROW, **module.run(out)}
     result["seconds"] = round(time.perf_counter() - started, 1)
     (out / "repro.json").write_text(json.dumps(result, indent=2) + "\n")
