@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from .config import ConfigError, compose_config
 
@@ -116,7 +117,8 @@ def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = 
     console = Console(stderr=True)
     if launcher.name not in ("local", "slurm"):
         raise ConfigError(f"unknown launcher {launcher.name!r} (valid: local, slurm)")
-    console.print(f"[bold]{len(specs)} cells[/] of {what} on launcher {launcher.name}, records under {out_dir}/cells/")
+    console.print(f"[bold]{len(specs)} cells[/] of {escape(what)} on launcher {escape(str(launcher.name))}, "
+                  f"records under {escape(str(out_dir))}/cells/")
     specs, refused = build_missing_envs(specs, console)
     if launcher.name == "slurm":
         from .slurm.commands import launch_slurm
@@ -158,13 +160,13 @@ def cmd_env_build(args: argparse.Namespace) -> int:
                           f"(builds with one: {', '.join(sorted(found)) or 'none'})")
     recipe = found[args.name]
     console = Console(stderr=True)
-    console.print(f"building {args.name} in {recipe.path} ({', '.join(recipe.requirements)})")
+    console.print(escape(f"building {args.name} in {recipe.path} ({', '.join(recipe.requirements)})"))
     try:
         python = build_env_logged(recipe)
     except EnvBuildError as exc:
         print(f"export-matrix: error: torch build {args.name}: {exc}", file=sys.stderr)
         return 1
-    console.print(f"[green]built[/] {python}")
+    console.print(f"[green]built[/] {escape(str(python))}")
     return 0
 
 

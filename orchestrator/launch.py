@@ -15,6 +15,7 @@ from typing import Any
 
 import submitit
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .job import now, run_cell
@@ -106,7 +107,7 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
                     executor.update_parameters(timeout_min=job_timeout_min(spec), **local_gpu_parameters(spec))
                     job = executor.submit(run_cell, spec, attempts[spec.id])
                     running[spec.id] = (spec, job)
-                    progress.console.print(f"[dim]started[/] {spec.id} [dim](job {job.job_id})[/]")
+                    progress.console.print(f"[dim]started[/] {escape(spec.id)} [dim](job {job.job_id})[/]")
                 for cell_id, (spec, job) in list(running.items()):
                     if job.done():
                         del running[cell_id]
@@ -148,7 +149,7 @@ def _counts(counts: Counter[str]) -> str:
 def describe(record: dict[str, Any]) -> str:
     """One line per finished cell: status, the check against its tolerance, times, or the error."""
     status = record["status"]
-    parts = [f"[{STATUS_STYLE.get(status, 'white')}]{status:9s}[/] {record['cell']}"]
+    parts = [f"[{STATUS_STYLE.get(status, 'white')}]{escape(f'{status:9s}')}[/] {escape(record['cell'])}"]
     if record.get("max_diff") is not None:
         parts.append(f"diff {record['max_diff']:.2e} / tol {record['tolerance']:g}")
     if record.get("eager_ms") is not None and record.get("exported_ms") is not None:
@@ -156,7 +157,7 @@ def describe(record: dict[str, Any]) -> str:
     if record.get("export_s") is not None:
         parts.append(f"export {record['export_s']:.0f} s")
     if status != "passed":
-        parts.append(f"[{record.get('failed_step') or '?'}] {record.get('error') or ''}")
+        parts.append(escape(f"[{record.get('failed_step') or '?'}] {record.get('error') or ''}"))
     return "  ".join(parts)
 
 

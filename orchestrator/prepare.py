@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from .envs import EnvBuildError, build_env_logged
 from .job import refuse
@@ -22,12 +23,12 @@ def build_missing_envs(specs: list[CellSpec], console: Console) -> tuple[list[Ce
         name = recipe.name
         if recipe.built:
             continue
-        console.print(f"building the environment of torch build {name} in {recipe.path} (uv)")
+        console.print(escape(f"building the environment of torch build {name} in {recipe.path} (uv)"))
         try:
             build_env_logged(recipe)
         except EnvBuildError as exc:
             failed[name] = str(exc)
-            console.print(f"[red]torch build {name}: {exc}[/]")
+            console.print(f"[red]{escape(f'torch build {name}: {exc}')}[/]")
     refused = [s for s in specs if s.recipe and s.recipe.name in failed]
     records = [refuse(s, start_attempt(s.cell_dir), "env", failed[s.recipe.name]) for s in refused]
     return [s for s in specs if s not in refused], records

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .launch import STATUS_STYLE
@@ -31,14 +32,15 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None) ->
         try:
             jobs = {c.cell: c for c in poll(out_dir)}
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            errors.print(f"[yellow]could not ask Slurm about the sweep's jobs ({exc}); showing the records[/]")
+            why = escape(f"could not ask Slurm about the sweep's jobs ({exc}); showing the records")
+            errors.print(f"[yellow]{why}[/]")
     records = recorded(out_dir)
     for cell_id, state in jobs.items():  # poll wrote the records it settled; a cell may have none yet
         if state.record is not None:
             records[cell_id] = state.record
     cells = sorted(set(records) | set(jobs))
     if not cells:
-        errors.print(f"no records under {out_dir}/cells/")
+        errors.print(escape(f"no records under {out_dir}/cells/"))
         return 0
     specs = current_specs(sorted(records), [o for o in overrides if not o.startswith("matrix")], config_dir)
     shown: Counter[str] = Counter()
@@ -56,8 +58,9 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None) ->
         if jobs:
             state = job.job.state if job and job.job else ("SUBMITTED" if job and job.active else "")
             slurm = ((job.entry or {}).get("job_id", "") if job else "", state)
-        table.add_row(cell_id, f"[{SHOWN_STYLE.get(status, 'white')}]{status}[/]", str(record.get("attempt", "")),
-                      record.get("failed_step") or "", diff, *slurm, f"[yellow]{stale}[/]")
+        table.add_row(escape(cell_id), f"[{SHOWN_STYLE.get(status, 'white')}]{escape(status)}[/]",
+                      str(record.get("attempt", "")), escape(record.get("failed_step") or ""), diff,
+                      *(escape(str(s)) for s in slurm), f"[yellow]{stale}[/]")
     table.caption = "  ".join(f"{n} {s}" for s, n in sorted(shown.items()))
     Console(width=None if sys.stdout.isatty() else 200).print(table)
     return 0

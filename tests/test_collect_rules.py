@@ -42,8 +42,8 @@ NASTY = ('RuntimeError: bad | pipe `tick` <b>bold</b> & *star* [link](x) $x$ say
 
 def put(out: Path, cell: str, status: str = "passed", **fields) -> None:
     policy, gpu, torch = cell.split("/")
-    write_record(cell_dir(out, cell), Record(cell=cell, policy=policy, gpu=gpu, torch=torch,
-                                             exporter="lerobot_cuda", status=status, **fields))
+    fields.setdefault("exporter", "lerobot_cuda")
+    write_record(cell_dir(out, cell), Record(cell=cell, policy=policy, gpu=gpu, torch=torch, status=status, **fields))
 
 
 def passed(out: Path, cell: str, diff: float = 0.022, tol: float = 0.075, **fields) -> None:
@@ -303,3 +303,27 @@ def test_an_unreadable_record_is_a_failure_not_a_crash(tmp_path: Path) -> None:
     row = rows(tmp_path)[("act", "a100")]
     assert (row["symbol"], row["failures"]) == ("❌", "new")
     assert row["new_error"].startswith("unreadable record.json: JSONDecodeError")
+
+
+def test_repro_cells_fill_their_own_table_not_the_matrix(tmp_path: Path) -> None:
+    passed(tmp_path, "act/h100/stock", check="aoti")
+    put(tmp_path, "repro_fp32_speed/h100/stock", exporter="repro",
+        repro={"row": 1, "reproduced": True, "summary": "eager/exported: convs 0.56x (aoti)"})
+    put(tmp_path, "repro_fp32_speed/h100/pr202785", exporter="repro",
+        repro={"row": 1, "reproduced": False, "summary": "eager/exported: convs 1.10x (aoti)"})
+    put(tmp_path, "repro_grouped_mm_bf16/a100/stock", "timeout", exporter="repro",
+        error="the export ran past timeout_min=20",
+        repro={"row": 2, "reproduced": None, "summary": "did not finish"})
+    assert collect(tmp_path) == 0
+    assert set(rows(tmp_path)) == {("act", "h100"), ("act", "a100")}  # no repro row in the matrix
+    assert rows(tmp_path)[("act", "h100")]["check"] == "aoti"
+    repros = list(csv.DictReader(io.StringIO((tmp_path / "repros.csv").read_text())))
+    assert [(r["row"], r["id"], r["reproduces"]) for r in repros] == [
+        ("1", "repro_fp32_speed/h100/stock", "yes"), ("1", "repro_fp32_speed/h100/pr202785", "no"),
+        ("2", "repro_grouped_mm_bf16/a100/stock", "timeout")]
+    md = (tmp_path / "matrix.md").read_text()
+    assert "| act | ✅ 0.022 / 0.075 · checked by aoti |" in md
+    assert "| 1 | fp32_speed | H100 (sm_90) | pr202785 | no | eager/exported: convs 1.10x (aoti) |" in md
+    assert "| 2 | grouped_mm_bf16 | A100 80GB (sm_80) | stock | timeout | did not finish |" in md
+    html = (tmp_path / "report.html").read_text()
+    assert "<h2>Standalone repros</h2>" in html and "eager/exported: convs 0.56x (aoti)" in html

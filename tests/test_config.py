@@ -100,3 +100,22 @@ def test_missing_config_dir_is_one_line(tmp_path: Path) -> None:
 def test_axis_overrides_reach_the_cell() -> None:
     spec = resolve(compose_config(["policies.act.timeout_min=3", "+policies.act.env.FOO=bar"]))[0]
     assert spec.timeout_min == 3 and spec.env["FOO"] == "bar"
+
+
+def test_gpu_smoke_cells_use_the_cuda_exporter_and_repros_their_own() -> None:
+    specs = {s.id: s for s in resolve(compose_config(["matrix=gpu_smoke", "exporter=lerobot_cuda"]))}
+    act = specs["act/h200/local"]
+    assert act.exporter == "lerobot_cuda"  # exporter=NAME replaces the GPU's default ...
+    repro = specs["repro_fp32_speed/h200/local"]
+    assert repro.exporter == "repro" and repro.requires_cuda  # ... but not a repro's own exporter
+    assert repro.checkpoint == {} and repro.export_args == ["--repro=fp32_speed"]
+    assert repro.command[1].endswith("repros/run_repro.py")
+    default = {s.id: s for s in resolve(compose_config(["matrix=gpu_smoke"]))}["act/h200/local"]
+    assert default.exporter == "executorch_cuda" and default.requires_cuda and default.slurm["gres"] == "gpu:h200:1"
+    assert not specs["act/h200/local"].requires_cuda  # the fork's CLI reports its own errors
+
+
+def test_unknown_exporter_of_a_policy_names_the_policy(tmp_path: Path) -> None:
+    write(tmp_path / "policy" / "mine.yaml", "checkpoint: null\nexporter: nope\ntask: null\nexport_args: []\n")
+    with pytest.raises(ConfigError, match=r"unknown exporter \(of policy mine\) 'nope' \(valid: executorch_cpu, "):
+        compose_config(["matrix.policies=[mine]"], tmp_path)

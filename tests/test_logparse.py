@@ -67,3 +67,35 @@ def test_exception_message_on_the_next_line_is_kept() -> None:
                "error: The lower step failed (see above), so the bundle was not written.")
     assert parse_log(text, PATTERNS)["error"] == ("torch._export.verifier.SpecViolationError: Operator "
                                                   "torch._ops.aten.multinomial.default is not in Core ATen opset")
+
+
+def test_embedded_cuda_exporter_lines() -> None:
+    text = "\n".join([
+        "[compile-model] done in 41.2 s (peak RSS 2381 MiB)",
+        "Exported policy check: aoti (this ExecuTorch runtime has no CudaBackend (registered backends: XnnpackBackend))",
+        "Exported policy test case: largest difference 5.66e-07 (tolerance 0.001)",
+        "[check] done in 0.3 s (peak RSS 2400 MiB)",
+        "Exported policy GPU memory: export 1706.0 MiB, run 812.5 MiB (NVML peak)",
+    ])
+    found = parse_log(text, PATTERNS)
+    assert found["check"] == "aoti"
+    assert found["check_reason"] == "this ExecuTorch runtime has no CudaBackend (registered backends: XnnpackBackend)"
+    assert found["steps_s"] == {"compile-model": 41.2, "check": 0.3}
+    assert found["peak_gpu_phases"] == {"export": 1706.0, "run": 812.5}
+    assert "oom" not in found and "repro" not in found
+
+
+def test_repro_result_last_line_wins_and_oom_is_recognized() -> None:
+    text = "\n".join(['Repro result: {"repro": "fp32_speed", "row": 1, "reproduced": null, "summary": "did not finish"}',
+                      'Repro result: {"repro": "fp32_speed", "row": 1, "reproduced": true, "summary": "0.45x"}'])
+    assert parse_log(text, PATTERNS)["repro"] == {"repro": "fp32_speed", "row": 1, "reproduced": True,
+                                                 "summary": "0.45x"}
+    assert parse_log(log(ROW3), PATTERNS)["oom"] is True
+    assert parse_log(log(ROW2), PATTERNS).get("oom") is None
+
+
+def test_patterns_missing_from_an_older_config_are_skipped() -> None:
+    older = {k: v for k, v in PATTERNS.items() if k not in ("check_kind", "gpu_memory", "step_seconds", "repro",
+                                                              "oom")}
+    found = parse_log("Exported policy check: aoti (x)\n" + log(ROW3), older)
+    assert "check" not in found and "oom" not in found and found["error"] == ROW3

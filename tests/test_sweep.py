@@ -144,3 +144,22 @@ def test_job_environment_has_axis_env_and_cell_names(ckpt_dir: Path, tmp_path: P
     assert (env["FROM_POLICY"], env["FROM_GPU"], env["FROM_TORCH"]) == ("p", "g", "t")
     assert env["EXPORT_MATRIX_CELL"] == "flux3/h100/local" and env["EXPORT_MATRIX_POLICY"] == "flux3"
     assert (env["EXPORT_MATRIX_GPU"], env["EXPORT_MATRIX_TORCH"]) == ("h100", "local")
+
+
+def test_local_jobs_see_the_gpu_their_cell_asks_for(tmp_path: Path) -> None:
+    """submitit's local executor hides every GPU unless told how many a job gets: a GPU cell gets its gres's
+    count, numbered among the GPUs the sweep itself may see; a CPU cell gets none."""
+    conf = tmp_path / "conf"
+    show = ("import os; print('visible=' + os.environ['CUDA_VISIBLE_DEVICES']); "
+            "print('Exported policy test case: largest difference 0 (tolerance 1)')")
+    (conf / "exporter").mkdir(parents=True)
+    (conf / "exporter" / "show.yaml").write_text(json.dumps({"command": ["{python}", "-c", show]}))
+    (conf / "policy").mkdir()
+    (conf / "policy" / "probe.yaml").write_text(json.dumps({"checkpoint": {"path": "none"}, "export_args": []}))
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "sweep", "--config-dir", str(conf),
+                           "matrix=gpu_smoke", "matrix.policies=[probe]", "matrix.gpus=[h200,cpu]", "exporter=show",
+                           f"out_dir={tmp_path / 'out'}", "launcher.poll_s=0.2"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "3,5"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    logs = {gpu: (tmp_path / f"out/cells/probe/{gpu}/local/export.log").read_text() for gpu in ("h200", "cpu")}
+    assert "visible=3\n" in logs["h200"] and "visible=\n" in logs["cpu"]

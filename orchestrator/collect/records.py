@@ -93,7 +93,7 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
         get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
         " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes), _versions(get("versions")),
         f"cells/{policy}/{gpu}/{torch}/{log}" if log else None, get("log_tail"), get("ended_at"), get("check"),
-        repro.get("row"), repro.get("reproduced"), repro.get("summary"),
+        None if repro.get("row") is None else str(repro["row"]), repro.get("reproduced"), repro.get("summary"),
     )
 
 
@@ -148,7 +148,6 @@ def load_records(out_dir: Path, workers: int = 1) -> tuple[pd.DataFrame, pd.Data
     cells["attempt"] = pd.to_numeric(cells["attempt"], errors="coerce").fillna(1).astype("int64")
     for column in ("id", "policy", "gpu", "torch", "status", "fixes", "versions"):
         cells[column] = cells[column].astype(str)
-    cells["repro_row"] = cells["repro_row"].map(lambda v: None if v is None or v != v else str(v)).astype(object)
     past = pd.DataFrame.from_records(history, columns=list(HISTORY_COLUMNS))
     for column in ("max_diff", "tolerance"):
         past[column] = pd.to_numeric(past[column], errors="coerce").astype("float64")

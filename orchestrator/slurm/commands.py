@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..spec import CellSpec
 from .follow import wait_for
@@ -48,12 +49,12 @@ def wait_command(out_dir: Path, poll_s: float | None, overrides: list[str], conf
 
     console = Console(stderr=True)
     if not manifest_path(out_dir).exists():
-        console.print(f"no Slurm sweep under {out_dir} ({MANIFEST} is missing)")
+        console.print(escape(f"no Slurm sweep under {out_dir} ({MANIFEST} is missing)"))
         return 2
     try:
         cells = wait_for(out_dir, poll_s, console)
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        console.print(f"[red]export-matrix: error: could not ask Slurm about the sweep's jobs: {exc}[/]")
+        console.print(f"[red]{escape(f'export-matrix: error: could not ask Slurm about the jobs: {exc}')}[/]")
         return 2
     show_status(out_dir, overrides, config_dir)
     return 1 if any(c.record and c.record["status"] == "error" for c in cells) else 0

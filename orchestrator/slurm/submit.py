@@ -16,6 +16,7 @@ from typing import Any
 
 import submitit
 from rich.console import Console
+from rich.markup import escape
 
 from ..job import now, refuse
 from ..launch import job_timeout_min, prepare
@@ -98,7 +99,7 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
             _cancel(out_dir, active, console)
         elif active:
             for c in active:
-                console.print(f"[yellow]not submitted[/] {c.cell}: job {c.entry['job_id']} is still "
+                console.print(f"[yellow]not submitted[/] {escape(c.cell)}: job {c.entry['job_id']} is still "
                               f"{c.shown} (--force cancels it and submits the cell again)")
             skipped = [c.cell for c in active]
             specs = [s for s in specs if s.id not in set(skipped)]
@@ -118,7 +119,7 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
             jobs = _submit_array(out_dir, settings, res, group, attempts)
         except Exception as exc:  # sbatch refused the array (bad partition, account, resources)
             reason = (str(exc).strip().splitlines() or [repr(exc)])[-1]
-            console.print(f"[bold red]sbatch refused[/] {len(group)} cells ({_describe(res)}): {reason}")
+            console.print(f"[bold red]sbatch refused[/] {len(group)} cells {escape(f'({_describe(res)}): {reason}')}")
             refused += [refuse(spec, attempts[spec.id], "submit", f"sbatch refused the job array: {reason}")
                         for spec in group]
             continue
@@ -133,7 +134,7 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
         array = {"job_id": array_id, "cells": len(group), "signature": res}
         arrays.append(array)
         merge_manifest(out_dir, sweep_id, {**sweep, "arrays": [array]}, cells)
-        console.print(f"[green]submitted[/] job array {array_id}: {len(group)} cells, {_describe(res)}")
+        console.print(f"[green]submitted[/] job array {array_id}: {len(group)} cells, {escape(_describe(res))}")
     return Submitted(sweep_id, arrays, skipped, refused)
 
 
