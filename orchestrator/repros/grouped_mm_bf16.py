@@ -7,13 +7,14 @@ NoValidChoicesError; on sm_90 it lowers. Reproduced = the lowering failed with t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROW = 2
 
 
-def run(out: Path) -> dict[str, Any]:
+def run(out: Path, report: Callable[[dict], None]) -> dict[str, Any]:
     import cuda_program
     import torch
     import torch.nn.functional as F

@@ -2,7 +2,7 @@
 
     <python> orchestrator/repros/run_repro.py --repro=fp32_speed --output_dir=<out>
 
-Each repro module here has ROW (the catalog row it reproduces) and `run(out) -> dict` with at least
+Each repro module here has ROW (the catalog row it reproduces) and `run(out, report) -> dict` with at least
 `reproduced` (True: the failure still shows; False: it does not; None: it cannot show here, `summary` says why)
 and `summary` (one line). This prints `Repro result: {json}` last, which the job reads into the record's
 `repro` field (conf/config.yaml, parse.repro); a first line with `"summary": "did not finish"` names the row
@@ -36,13 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    # Said first, so a repro that crashes or is stopped still names its row; the last result line counts.
-    print("Repro result: " + json.dumps({"repro": args.repro, "row": module.ROW, "reproduced": None,
-                                         "summary": "did not finish"}), flush=True)
-    result = {"repro": args.repro, "row": module.ROW, **module.run(out)}
+
+    def report(partial: dict) -> None:
+        """A result line; the last one counts, so a repro stopped half-way still says what it had seen."""
+        print("Repro result: " + json.dumps({"repro": args.repro, "row": module.ROW, **partial}, sort_keys=True),
+              flush=True)
+
+    report({"reproduced": None, "summary": "did not finish"})  # names the row even if nothing else comes
+    result = {"repro": args.repro, "row": module.ROW, **module.run(out, report)}
     result["seconds"] = round(time.perf_counter() - started, 1)
     (out / "repro.json").write_text(json.dumps(result, indent=2) + "\n")
-    print("Repro result: " + json.dumps(result, sort_keys=True), flush=True)
+    report(result)
     return 0
 
 

@@ -8,13 +8,14 @@ kernel and off lowers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROW = 4
 
 
-def run(out: Path) -> dict[str, Any]:
+def run(out: Path, report: Callable[[dict], None]) -> dict[str, Any]:
     import cuda_program
     import torch
     from common import error_line, gpu
