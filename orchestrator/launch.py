@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .job import now, run_cell
 from .logparse import tail
-from .record import UNFINISHED, read_record, start_attempt, write_record
+from .record import UNFINISHED, UNREADABLE, read_record, start_attempt, write_record
 from .spec import CellSpec
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "yellow", "killed": "magenta",
@@ -65,7 +65,9 @@ def local_executor(out_dir: Path) -> submitit.LocalExecutor:
 
 def finish_lost(spec: CellSpec, job: submitit.Job | None, reason: str) -> dict[str, Any]:
     """Write the record of a job that ended without writing its own final one."""
-    record = read_record(spec.cell_dir) or spec.new_record()
+    record = read_record(spec.cell_dir)
+    if record is None or record.status == UNREADABLE:
+        record = spec.new_record(status="running", attempt=record.attempt if record else 1)
     if record.status not in UNFINISHED:
         return record.to_dict()
     record.status = "cancelled" if record.status == "pending" and job is None else "killed"

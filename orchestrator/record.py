@@ -21,8 +21,10 @@ ATTEMPTS_DIR = "attempts"
 # cancelled: the job was told to stop (scancel, Ctrl-C of a local sweep) and stopped its steps.
 # pending / running: written at submission and when the job starts; either one left behind after the job
 # ended means the job was lost, and the sweep (or `status`) finishes the record from what it knows.
-STATUSES = ("passed", "failed", "timeout", "killed", "error", "oom", "cancelled", "pending", "running")
+# unreadable: the record.json on disk could not be read (truncated, empty, not a record): never a result.
+STATUSES = ("passed", "failed", "timeout", "killed", "error", "oom", "cancelled", "pending", "running", "unreadable")
 UNFINISHED = frozenset({"pending", "running"})
+UNREADABLE = "unreadable"
 
 
 @dataclass
@@ -94,10 +96,29 @@ def write_record(cell_dir: Path, record: Record) -> Path:
 
 
 def read_record(cell_dir: Path) -> Record | None:
+    """The cell's record; None where it has none; an `unreadable` record naming the file where it cannot be read,
+    so no caller crashes on a truncated file and none takes it for a result."""
     path = cell_dir / RECORD_NAME
-    if not path.exists():
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
         return None
-    return Record.from_dict(json.loads(path.read_text()))
+    except OSError as exc:
+        return unreadable(path, exc)
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        return Record.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        return unreadable(path, exc)
+
+
+def unreadable(path: Path, exc: Exception) -> Record:
+    policy, gpu, torch = path.parent.parts[-3:]
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    return Record(cell=f"{policy}/{gpu}/{torch}", policy=policy, gpu=gpu, torch=torch, exporter="", status=UNREADABLE,
+                  error=f"unreadable {path}: {reason}")
 
 
 def start_attempt(cell_dir: Path) -> int:

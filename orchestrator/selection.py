@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import fnmatch
-import json
 from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, compose_config
-from .record import RECORD_NAME, UNFINISHED
+from .record import RECORD_NAME, UNFINISHED, read_record
 from .spec import CellSpec
 
 
 def recorded(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Every cell that has a record under out_dir, by id."""
+    """Every cell that has a record under out_dir, by id (status `unreadable` where the file cannot be read)."""
     found = {}
     for path in sorted((out_dir / "cells").glob(f"*/*/*/{RECORD_NAME}")):
-        data = json.loads(path.read_text())
-        found[data["cell"]] = data
+        record = read_record(path.parent)
+        if record is not None:
+            found["/".join(path.parent.parts[-3:])] = record.to_dict()
     return found
 
 

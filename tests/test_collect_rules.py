@@ -296,13 +296,19 @@ def test_no_records_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -
     assert f"no records: {tmp_path}/cells/ does not exist" in capsys.readouterr().err
 
 
-def test_an_unreadable_record_is_a_failure_not_a_crash(tmp_path: Path) -> None:
+def test_an_unreadable_record_is_shown_as_such_never_as_a_symbol_it_did_not_earn(tmp_path: Path) -> None:
     passed(tmp_path, "act/h100/stock")
     write(tmp_path / "cells/act/a100/stock/record.json", '{"status": "passed", "cell": ')  # cut short
-    assert collect(tmp_path) == 0
-    row = rows(tmp_path)[("act", "a100")]
-    assert (row["symbol"], row["failures"]) == ("❌", "new")
-    assert row["new_error"].startswith("unreadable record.json: JSONDecodeError")
+    passed(tmp_path, "act/a100/pr202785")  # would make the a100 cell 🟡 #202785 if the stock one counted as failed
+    write(tmp_path / "cells/wall_x/h100/stock/record.json", "")  # empty
+    assert collect(tmp_path, matrix="matrix.policies=[act,wall_x]") == 0
+    got = rows(tmp_path)
+    assert got[("act", "a100")]["symbol"] == "⚠️" and got[("act", "a100")]["failures"] == ""
+    assert got[("wall_x", "h100")]["symbol"] == "⚠️" and got[("act", "h100")]["symbol"] == "✅"
+    assert "| act | ✅ 0.022 / 0.075 | ⚠️ unreadable |" in (tmp_path / "matrix.md").read_text()
+    cells = {r["id"]: r for r in csv.DictReader(io.StringIO((tmp_path / "cells.csv").read_text()))}
+    assert cells["act/a100/stock"]["status"] == "unreadable"
+    assert cells["act/a100/stock"]["error"].startswith(f"unreadable {tmp_path}/cells/act/a100/stock/record.json: ")
 
 
 def test_repro_cells_fill_their_own_table_not_the_matrix(tmp_path: Path) -> None:

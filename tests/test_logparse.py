@@ -72,7 +72,8 @@ def test_exception_message_on_the_next_line_is_kept() -> None:
 def test_embedded_cuda_exporter_lines() -> None:
     text = "\n".join([
         "[compile-model] done in 41.2 s (peak RSS 2381 MiB)",
-        "Exported policy check: aoti (this ExecuTorch runtime has no CudaBackend (registered backends: XnnpackBackend))",
+        "Exported policy check: aoti (this ExecuTorch runtime has no CudaBackend "
+        "(registered backends: XnnpackBackend))",
         "Exported policy test case: largest difference 5.66e-07 (tolerance 0.001)",
         "[check] done in 0.3 s (peak RSS 2400 MiB)",
         "Exported policy GPU memory: export 1706.0 MiB, run 812.5 MiB (NVML peak)",
@@ -86,7 +87,8 @@ def test_embedded_cuda_exporter_lines() -> None:
 
 
 def test_repro_result_last_line_wins_and_oom_is_recognized() -> None:
-    text = "\n".join(['Repro result: {"repro": "fp32_speed", "row": 1, "reproduced": null, "summary": "did not finish"}',
+    text = "\n".join(['Repro result: {"repro": "fp32_speed", "row": 1, "reproduced": null, '
+                      '"summary": "did not finish"}',
                       'Repro result: {"repro": "fp32_speed", "row": 1, "reproduced": true, "summary": "0.45x"}'])
     assert parse_log(text, PATTERNS)["repro"] == {"repro": "fp32_speed", "row": 1, "reproduced": True,
                                                  "summary": "0.45x"}

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..record import ATTEMPTS_DIR, RECORD_NAME
+from ..record import ATTEMPTS_DIR, RECORD_NAME, UNREADABLE
 
 REPRO_EXPORTER = "repro"  # conf/exporter/repro.yaml: cells that run a standalone repro, not a policy export
 # The columns a cell keeps, in order; the record fields of the same name, plus what is derived from them.
@@ -56,9 +56,9 @@ def _read(path: str) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        data = {"status": "error", "error": f"unreadable {RECORD_NAME}: {type(exc).__name__}: {exc}"}
+        data = {"status": UNREADABLE, "error": f"unreadable {path}: {' '.join(str(exc).split())}"}
     if not isinstance(data, dict):
-        data = {"status": "error", "error": f"unreadable {RECORD_NAME}: not a JSON object"}
+        data = {"status": UNREADABLE, "error": f"unreadable {path}: a JSON {type(data).__name__}, not an object"}
     return data
 
 

@@ -19,9 +19,10 @@ from .catalog import NEW, Catalog, flag_column, id_key
 from .settings import Settings
 
 LEGEND = ("✅ passes on stock torch · 🟡 passes only with a patched build (its fixes named) · ❌ fails on every "
-          "build (failure ids) · ⏳ in progress · — no record. Numbers: largest difference / tolerance of the cell "
-          "that decided the symbol; *slow*: exported slower than eager (speedup); *at limit*: difference at "
-          "{at_limit:g} of the tolerance or more, or repeated runs on both sides of it.")
+          "build (failure ids) · ⏳ in progress · — no record · ⚠️ a record could not be read (cells.csv names the "
+          "file). Numbers: largest difference / tolerance of the cell that decided the symbol; *slow*: exported "
+          "slower than eager (speedup); *at limit*: difference at {at_limit:g} of the tolerance or more, or repeated "
+          "runs on both sides of it.")
 MAX_ERROR_CHARS = 300
 REPROS_HEAD = ("Standalone repros (orchestrator/repros/): does the row's failure still show on each GPU and build "
                "that ran it? A row that stops reproducing after a build change may be fixed.")
@@ -56,6 +57,8 @@ def cell_text(row: dict) -> str:
     status = row["status"]
     if status == "missing":
         return "—"
+    if status == "unreadable":  # no numbers: they would come from a cell that did not decide the symbol
+        return "⚠️ unreadable"
     label = {"patched": row["fixes"] or row["build"], "fail": row["failures"], "running": "running"}.get(status)
     head = row["symbol"] + (f" {label}" if label else "")
     pieces = [head]

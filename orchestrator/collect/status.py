@@ -17,11 +17,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..record import UNFINISHED
+from ..record import UNFINISHED, UNREADABLE
 from .catalog import NEW, flag_column
 from .settings import Settings
 
-SYMBOLS = {"pass": "✅", "patched": "🟡", "fail": "❌", "running": "⏳", "missing": "—"}
+SYMBOLS = {"pass": "✅", "patched": "🟡", "fail": "❌", "running": "⏳", "missing": "—", "unreadable": "⚠️"}
 CELL_COLUMNS = ["id", "policy", "gpu", "torch", "status", "failed_step", "failures", "error", "max_diff",
                 "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "attempt", "versions", "fixes", "stock",
                 "slow", "at_limit", "straddle", "log"]
@@ -53,7 +53,8 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     df["stock"] = df["fixes"].str.strip() == ""
     df["passed"] = df["status"] == "passed"
     df["unfinished"] = df["status"].isin(UNFINISHED)
-    df["failing"] = ~(df["passed"] | df["unfinished"])
+    df["unreadable"] = df["status"] == UNREADABLE
+    df["failing"] = ~(df["passed"] | df["unfinished"] | df["unreadable"])
     ratio = (df["max_diff"] / df["tolerance"]).where(df["tolerance"] > 0)
     df["margin"] = df["margin"].fillna(ratio)
     df["straddle"] = df["id"].isin(_straddling(df, history))
@@ -136,15 +137,17 @@ def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     group_flags = df.assign(stock_pass=df["passed"] & df["stock"], patched_pass=df["passed"] & ~df["stock"],
                             stock_unfinished=df["unfinished"] & df["stock"])
     grouped = group_flags.groupby(keys, sort=False)
-    agg = grouped[["stock_pass", "patched_pass", "unfinished", "stock_unfinished", *catalog.columns]].any()
+    agg = grouped[["stock_pass", "patched_pass", "unfinished", "stock_unfinished", "unreadable",
+                   *catalog.columns]].any()
     agg["builds"] = grouped["torch"].size()
     agg["new_error"] = grouped["new_error"].first()
     agg["failures"] = join_ids(agg, [*catalog.ids, NEW])
     picked = decided[["torch", "fixes", "failures", "error", "max_diff", "tolerance", "margin", "speedup",
                       "peak_gpu_mib", "check", "slow", "at_limit", "id", "log"]]
     matrix = agg.join(picked.rename(columns={"torch": "build", "failures": "primary", "id": "cell"}))
-    matrix["status"] = np.select([matrix["stock_pass"], matrix["patched_pass"], matrix["unfinished"]],
-                                 ["pass", "patched", "running"], "fail")
+    # A cell whose record cannot be read may hold any result: only a stock pass is earned without it.
+    matrix["status"] = np.select([matrix["stock_pass"], matrix["unreadable"], matrix["patched_pass"],
+                                  matrix["unfinished"]], ["pass", "unreadable", "patched", "running"], "fail")
     # A patched pass can still turn ✅ while a stock build runs; anything but ✅ can while any build runs.
     matrix["in_progress"] = np.where(matrix["status"] == "pass", False,
                                      np.where(matrix["status"] == "patched", matrix["stock_unfinished"],
