@@ -111,20 +111,22 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = False) -> int:
     from .launch import summarize, sweep_local
     from .prepare import build_missing_envs
+    from .sweep_lock import sweep_lock
 
     launcher = composed.cfg.launcher
     out_dir = Path(composed.cfg.out_dir)
     console = Console(stderr=True)
     if launcher.name not in ("local", "slurm"):
         raise ConfigError(f"unknown launcher {launcher.name!r} (valid: local, slurm)")
-    console.print(f"[bold]{len(specs)} cells[/] of {escape(what)} on launcher {escape(str(launcher.name))}, "
-                  f"records under {escape(str(out_dir))}/cells/")
-    specs, refused = build_missing_envs(specs, console)
-    if launcher.name == "slurm":
-        from .slurm.commands import launch_slurm
+    with sweep_lock(out_dir, what):
+        console.print(f"[bold]{len(specs)} cells[/] of {escape(what)} on launcher {escape(str(launcher.name))}, "
+                      f"records under {escape(str(out_dir))}/cells/")
+        specs, refused = build_missing_envs(specs, console)
+        if launcher.name == "slurm":
+            from .slurm.commands import launch_slurm
 
-        return launch_slurm(specs, refused, out_dir, launcher, what, wait, force, console)
-    records = refused + sweep_local(specs, out_dir, int(launcher.parallel), float(launcher.poll_s), console)
+            return launch_slurm(specs, refused, out_dir, launcher, what, wait, force, console)
+        records = refused + sweep_local(specs, out_dir, int(launcher.parallel), float(launcher.poll_s), console)
     console.print(f"[bold]done:[/] {summarize(records)}")
     return 1 if any(r["status"] == "error" for r in records) else 0
 

@@ -163,3 +163,33 @@ def test_local_jobs_see_the_gpu_their_cell_asks_for(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     logs = {gpu: (tmp_path / f"out/cells/probe/{gpu}/local/export.log").read_text() for gpu in ("h200", "cpu")}
     assert "visible=3\n" in logs["h200"] and "visible=\n" in logs["cpu"]
+
+
+def test_a_second_sweep_into_the_same_out_dir_stops_with_one_line(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    slow = "import time; time.sleep(6); print('Exported policy test case: largest difference 0 (tolerance 1)')"
+    (conf / "exporter").mkdir(parents=True)
+    (conf / "exporter" / "slow.yaml").write_text(json.dumps({"command": ["{python}", "-c", slow]}))
+    (conf / "policy").mkdir()
+    (conf / "policy" / "probe.yaml").write_text(json.dumps({"checkpoint": {"path": "none"}, "export_args": []}))
+    args = [sys.executable, "-m", "orchestrator.cli", "sweep", "--config-dir", str(conf), "matrix.policies=[probe]",
+            "exporter=slow", f"out_dir={tmp_path / 'out'}", "launcher.poll_s=0.2"]
+    first = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        record_path = tmp_path / "out/cells/probe/cpu/local/record.json"
+        deadline = time.monotonic() + 60
+        while not (record_path.exists() and json.loads(record_path.read_text())["status"] == "running"):
+            assert time.monotonic() < deadline and first.poll() is None, first.communicate()
+            time.sleep(0.2)
+        second = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2
+        assert second.stderr.strip().splitlines() == [
+            f"export-matrix: error: another sweep is running in {tmp_path / 'out'} "
+            f"(matrix smoke, pid {first.pid}, since " + second.stderr.split("since ", 1)[1].split(")")[0]
+            + "): wait for it to end, or give this one another out_dir"]
+        assert first.wait(timeout=120) == 0
+    finally:
+        first.kill()
+    cell = record(tmp_path / "out", "probe/cpu/local")
+    assert cell["status"] == "passed" and cell["attempt"] == 1
+    assert not (tmp_path / "out/cells/probe/cpu/local/attempts").exists()  # the second sweep touched nothing
