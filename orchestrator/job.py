@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import gpu
+from . import gpu, owner
 from .checkpoints import CheckpointFailed, ensure_random_checkpoint
 from .logparse import last_error_line, parse_log, tail
 from .process import StepInterrupted, run_logged
@@ -96,11 +96,14 @@ def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> dict[str, A
     """Run one cell and return its record (also written to the cell's record.json)."""
     cell_dir = spec.cell_dir
     cell_dir.mkdir(parents=True, exist_ok=True)
-    record = spec.new_record(attempt=attempt, started_at=now(), job_id=current_job_id(), requeues=requeues)
+    record = spec.new_record(attempt=attempt, started_at=now(), job_id=current_job_id(), requeues=requeues,
+                             owner=owner.me())
     earlier = read_record(cell_dir)
     if earlier is not None and earlier.job_id and not record.job_id:
         record.job_id = earlier.job_id
-    write_record(cell_dir, record)
+    if not write_record(cell_dir, record):  # the cell has moved on to a later attempt: this job is an orphan
+        print(f"[export-matrix] {spec.id}: attempt {attempt} was superseded; not running it", flush=True)
+        return (read_record(cell_dir) or record).to_dict()
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         _run_steps(spec, record, cell_dir)
@@ -116,7 +119,9 @@ def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> dict[str, A
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         record.ended_at = now()
-        write_record(cell_dir, record)
+        if not write_record(cell_dir, record):
+            print(f"[export-matrix] {spec.id}: attempt {attempt} was superseded while it ran; its result "
+                  f"({record.status}) is not recorded", flush=True)
     return record.to_dict()
 
 

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from . import owner
 from .job import now, run_cell
 from .logparse import tail
 from .record import UNFINISHED, UNREADABLE, read_record, start_attempt, write_record
@@ -51,10 +52,23 @@ def local_gpu_parameters(spec: CellSpec) -> dict[str, Any]:
     return {"gpus_per_node": gpus, **({"visible_gpus": tuple(visible)} if visible else {})}
 
 
-def prepare(spec: CellSpec) -> int:
-    """Archive the cell's previous attempt and leave a `pending` record for this one."""
+def prepare(spec: CellSpec, local: bool = True) -> int:
+    """Archive the cell's previous attempt and leave a `pending` record for this one: owned by this sweep on the
+    local launcher; on Slurm the job id owns it (and sacct settles it), as the sweep returns at once.
+
+    A previous attempt still marked unfinished was abandoned (no other sweep holds out_dir's lock): it is settled,
+    and a job of it that still runs (an orphan of a killed sweep) is told to stop; it could no longer write the
+    cell's record anyway."""
+    earlier = read_record(spec.cell_dir)
+    if local and earlier is not None and earlier.status in UNFINISHED and not earlier.owner.get("slurm_job"):
+        owner.stop_orphan(earlier)
+        if earlier.owner and owner.settle(spec.cell_dir, earlier).status in UNFINISHED:
+            earlier.status = "cancelled"
+            earlier.error = "its sweep ended before it finished; the next sweep of the cell stopped it (SIGTERM)"
+            write_record(spec.cell_dir, earlier)
     attempt = start_attempt(spec.cell_dir)
-    write_record(spec.cell_dir, spec.new_record(status="pending", attempt=attempt))
+    write_record(spec.cell_dir, spec.new_record(status="pending", attempt=attempt,
+                                                owner=owner.me() if local else {}))
     return attempt
 
 

@@ -5,14 +5,18 @@ Every job writes one, also when a step crashes, is killed or times out, so the c
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 RECORD_NAME = "record.json"
+LOCK_NAME = ".record.lock"
 ATTEMPTS_DIR = "attempts"
 
 # passed: the exporter succeeded and its check held. failed: a step exited non-zero (a known or new failure).
@@ -63,6 +67,7 @@ class Record:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     job_id: str | None = None
     requeues: int = 0  # times Slurm ran this attempt again after a preemption or node failure
+    owner: dict[str, Any] = field(default_factory=dict)  # host, pid, start time of the sweep or job (owner.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,10 +94,24 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
-def write_record(cell_dir: Path, record: Record) -> Path:
-    path = cell_dir / RECORD_NAME
-    write_json_atomic(path, record.to_dict())
-    return path
+def write_record(cell_dir: Path, record: Record) -> bool:
+    """Write the record unless the cell has moved on to a later attempt: an orphaned job of attempt n (its sweep
+    killed, the cell run again) can never write over attempt n + 1. False where the write was refused."""
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    with cell_lock(cell_dir):
+        current = read_record(cell_dir)
+        if current is not None and current.status != UNREADABLE and current.attempt > record.attempt:
+            return False
+        write_json_atomic(cell_dir / RECORD_NAME, record.to_dict())
+    return True
+
+
+@contextmanager
+def cell_lock(cell_dir: Path) -> Iterator[None]:
+    """Serializes record writes and attempt changes of one cell across processes (flock, freed on any exit)."""
+    with open(cell_dir / LOCK_NAME, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def read_record(cell_dir: Path) -> Record | None:
@@ -124,7 +143,7 @@ def unreadable(path: Path, exc: Exception) -> Record:
 def start_attempt(cell_dir: Path) -> int:
     """Move the previous attempt (record, logs, bundle) to attempts/<n>/ and return the new attempt's number."""
     cell_dir.mkdir(parents=True, exist_ok=True)
-    leftovers = [p for p in cell_dir.iterdir() if p.name != ATTEMPTS_DIR]
+    leftovers = [p for p in cell_dir.iterdir() if p.name not in (ATTEMPTS_DIR, LOCK_NAME)]
     if not leftovers:
         return 1
     earlier = read_record(cell_dir)

@@ -6,17 +6,20 @@ import fnmatch
 from pathlib import Path
 from typing import Any
 
+from . import owner
 from .config import ConfigError, compose_config
 from .record import RECORD_NAME, UNFINISHED, read_record
 from .spec import CellSpec
 
 
 def recorded(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Every cell that has a record under out_dir, by id (status `unreadable` where the file cannot be read)."""
+    """Every cell that has a record under out_dir, by id (status `unreadable` where the file cannot be read);
+    records abandoned by a sweep or job that died are settled on the way (owner.py)."""
     found = {}
     for path in sorted((out_dir / "cells").glob(f"*/*/*/{RECORD_NAME}")):
         record = read_record(path.parent)
         if record is not None:
+            record = owner.settle(path.parent, record)
             found["/".join(path.parent.parts[-3:])] = record.to_dict()
     return found
 

@@ -114,7 +114,7 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
     sweep = {"what": what, "submitted_at": now(), "launcher": "slurm", "poll_s": settings.poll_s}
     for key, group in groups.items():
         res = signatures[key]
-        attempts = {spec.id: prepare(spec) for spec in group}
+        attempts = {spec.id: prepare(spec, local=False) for spec in group}
         try:
             jobs = _submit_array(out_dir, settings, res, group, attempts)
         except Exception as exc:  # sbatch refused the array (bad partition, account, resources)

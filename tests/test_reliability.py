@@ -1,0 +1,111 @@
+"""Nothing lost: killed sweeps, orphaned jobs, abandoned records, markup in foreign text (issue: reliability)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from orchestrator import owner
+from orchestrator.record import Record, read_record, write_record
+
+from .conftest import ROOT, record
+
+SLOW = ("import time; print('[export] step one', flush=True); time.sleep({s}); "
+        "print('Exported policy test case: largest difference 0 (tolerance 1)')")
+
+
+def probe_conf(tmp_path: Path, seconds: float, extra: str = "") -> Path:
+    conf = tmp_path / "conf"
+    (conf / "exporter").mkdir(parents=True)
+    (conf / "exporter" / "slow.yaml").write_text(json.dumps({"command": ["{python}", "-c", SLOW.format(s=seconds)
+                                                                         + extra]}))
+    (conf / "policy").mkdir()
+    (conf / "policy" / "probe.yaml").write_text(json.dumps({"checkpoint": {"path": "none"}, "export_args": []}))
+    return conf
+
+
+def cli_args(conf: Path, out: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "orchestrator.cli", *args, "--config-dir", str(conf), "matrix.policies=[probe]",
+            "exporter=slow", f"out_dir={out}", "launcher.poll_s=0.2"]
+
+
+def wait_for_status(path: Path, status: str, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            data = json.loads(path.read_text())
+            if data["status"] == status:
+                return data
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never became {status}")
+
+
+def test_an_orphan_of_an_earlier_attempt_never_writes_over_a_later_one(tmp_path: Path) -> None:
+    cell = tmp_path / "cells/probe/cpu/local"
+    write_record(cell, Record(cell="probe/cpu/local", policy="probe", gpu="cpu", torch="local", exporter="x",
+                              status="pending", attempt=2))
+    orphan = Record(cell="probe/cpu/local", policy="probe", gpu="cpu", torch="local", exporter="x",
+                    status="killed", attempt=1)
+    assert write_record(cell, orphan) is False
+    assert read_record(cell).attempt == 2 and read_record(cell).status == "pending"
+
+
+def test_kill_9_of_the_sweep_then_rerun_keeps_every_attempt(tmp_path: Path) -> None:
+    conf, out = probe_conf(tmp_path, 30), tmp_path / "out"
+    path = out / "cells/probe/cpu/local/record.json"
+    sweep = subprocess.Popen(cli_args(conf, out, "sweep"), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    running = wait_for_status(path, "running")
+    os.kill(sweep.pid, signal.SIGKILL)  # the sweep alone: its job lives on, orphaned
+    sweep.wait()
+    assert owner.alive(running["owner"])
+    status = subprocess.run(cli_args(conf, out, "status"), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "running" in status.stdout  # the orphan still runs: nothing to settle yet
+    conf2 = probe_conf(tmp_path / "fast", 0)
+    rerun = subprocess.run([*cli_args(conf2, out, "rerun", "probe/cpu/local")], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    time.sleep(2)  # the orphan got SIGTERM: give it time to try (and fail) to write its ending
+    now = record(out, "probe/cpu/local")
+    assert (now["status"], now["attempt"]) == ("passed", 2)
+    first = json.loads((out / "cells/probe/cpu/local/attempts/1/record.json").read_text())
+    assert first["attempt"] == 1 and first["status"] == "cancelled", first
+    assert not owner.alive(running["owner"])  # the orphan was stopped
+
+
+def test_a_record_whose_job_died_is_settled_and_rerun_failed_finds_it(tmp_path: Path) -> None:
+    conf, out = probe_conf(tmp_path, 30), tmp_path / "out"
+    path = out / "cells/probe/cpu/local/record.json"
+    sweep = subprocess.Popen(cli_args(conf, out, "sweep"), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    running = wait_for_status(path, "running")
+    os.killpg(sweep.pid, signal.SIGKILL)  # the sweep and everything it started
+    sweep.wait()
+    os.kill(running["owner"]["pid"], signal.SIGKILL) if owner.alive(running["owner"]) else None
+    deadline = time.monotonic() + 10
+    while owner.alive(running["owner"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    status = subprocess.run(cli_args(conf, out, "status"), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "killed" in status.stdout and "running" not in status.stdout, status.stdout
+    settled = record(out, "probe/cpu/local")
+    assert settled["status"] == "killed" and "ended without finishing its record" in settled["error"]
+    rerun = subprocess.run(cli_args(probe_conf(tmp_path / "fast", 0), out, "rerun", "--failed"), cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0 and record(out, "probe/cpu/local")["attempt"] == 2, rerun.stderr[-2000:]
+
+
+def test_rich_markup_in_an_error_line_is_printed_as_text(tmp_path: Path) -> None:
+    conf = probe_conf(tmp_path, 0, "; raise SystemExit('RuntimeError: closing tag [/red] and [bold]x')")
+    (conf / "exporter" / "slow.yaml").write_text(json.dumps({"command": [
+        "{python}", "-c", "import sys; print('RuntimeError: closing tag [/red] and [bold]x'); "
+        "print('error: The export step failed (see above), so the bundle was not written.'); sys.exit(1)"]}))
+    done = subprocess.run([*cli_args(conf, tmp_path / "out", "sweep")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[export] RuntimeError: closing tag [/red] and [bold]x" in " ".join(done.stderr.split())
+    assert "MarkupError" not in done.stderr
