@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from .config import Composed, ConfigError, axis_list, to_plain
+from .config import Composed, ConfigError, axis_list, number, to_plain
 from .envs import EnvRecipe, is_recipe, recipe_of
 from .fingerprint import env_identity, fingerprint
 from .spec import CellSpec
@@ -85,7 +85,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
                 checkpoint=policy.get("checkpoint") or {},
                 task=policy.get("task"),
                 export_args=[str(a) for a in policy.get("export_args") or []],
-                timeout_min=float(policy.get("timeout_min") or 60),
+                timeout_min=number(policy.get("timeout_min") or 60, f"policies.{cell['policy']}.timeout_min"),
                 env=env,
                 fixes=list(build.get("fixes") or []),
                 slurm={k: v for k, v in slurm.items() if v is not None},

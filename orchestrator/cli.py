@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from .config import ConfigError, compose_config
+from .config import ConfigError, compose_config, number
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -118,6 +118,9 @@ def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = 
     console = Console(stderr=True)
     if launcher.name not in ("local", "slurm"):
         raise ConfigError(f"unknown launcher {launcher.name!r} (valid: local, slurm)")
+    if launcher.name == "local":  # checked before anything is written
+        parallel = number(launcher.parallel, "launcher.parallel", int, 1, True)
+        poll_s = number(launcher.poll_s, "launcher.poll_s")
     with sweep_lock(out_dir, what):
         console.print(f"[bold]{len(specs)} cells[/] of {escape(what)} on launcher {escape(str(launcher.name))}, "
                       f"records under {escape(str(out_dir))}/cells/")
@@ -126,7 +129,7 @@ def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = 
             from .slurm.commands import launch_slurm
 
             return launch_slurm(specs, refused, out_dir, launcher, what, wait, force, console)
-        records = refused + sweep_local(specs, out_dir, int(launcher.parallel), float(launcher.poll_s), console)
+        records = refused + sweep_local(specs, out_dir, parallel, poll_s, console)
     console.print(f"[bold]done:[/] {summarize(records)}")
     return 1 if any(r["status"] == "error" for r in records) else 0
 

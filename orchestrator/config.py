@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
@@ -62,40 +63,44 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
     store = ConfigStore.instance()
     store.store(name=PRIMARY, node={"defaults": ["config", "_self_"]})
     search = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in dirs[1:])}]"] if dirs[1:] else []
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(dirs[0]), version_base=None):
-        loader = GlobalHydra.instance().config_loader()
-        options = {group: loader.get_group_options(group, config_name=PRIMARY, overrides=search)
-                   for group in (*AXES, "matrix", "launcher")}
-        for override in overrides:
-            key, _, value = override.lstrip("+").partition("=")
-            if key in CHOICE_GROUPS and value not in options[key] and value != "null":
-                raise unknown(key, value, options[key])
-        base = [o for o in overrides if not _axis_override(o)]
-        cfg = _compose(search + base)
-        choices = dict(OmegaConf.to_container(cfg.hydra.runtime.choices))
-        matrix = cfg.matrix
-        names = {
-            "policy": _names(matrix, "policies", options["policy"], "policy"),
-            "gpu": _names(matrix, "gpus", options["gpu"], "gpu"),
-            "torch": _names(matrix, "torch", options["torch"], "torch"),
-        }
-        for entry in [*(matrix.get("include") or []), *(matrix.get("exclude") or [])]:
-            for axis, value in entry.items():
-                if axis not in names:
-                    raise ConfigError(f"unknown matrix axis {axis!r} in include/exclude (valid: gpu, policy, torch)")
-                if value not in options[axis]:
-                    raise unknown(axis, value, options[axis])
-                if value not in names[axis]:
-                    names[axis].append(value)
-        # Phase 2 composes the policies, GPUs and builds, so the GPUs' own exporter defaults (and any
-        # override of them) are known; phase 3 adds those exporters.
-        axes = [f"+{group}@{AXES[group]}.{n}={n}" for group, values in names.items() for n in values]
-        not_exporters = [o for o in overrides if not o.lstrip("+~").startswith("exporters.")]
-        cfg = _compose(search + axes + not_exporters)
-        exporters = _exporter_names(cfg, choices, names, options["exporter"])
-        axes += [f"+exporter@exporters.{n}={n}" for n in exporters]
-        cfg = _compose(search + axes + overrides)
+    try:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(dirs[0]), version_base=None):
+            loader = GlobalHydra.instance().config_loader()
+            options = {group: loader.get_group_options(group, config_name=PRIMARY, overrides=search)
+                       for group in (*AXES, "matrix", "launcher")}
+            for override in overrides:
+                key, _, value = override.lstrip("+").partition("=")
+                if key in CHOICE_GROUPS and value not in options[key] and value != "null":
+                    raise unknown(key, value, options[key])
+            base = [o for o in overrides if not _axis_override(o)]
+            cfg = _compose(search + base)
+            choices = dict(OmegaConf.to_container(cfg.hydra.runtime.choices))
+            matrix = cfg.matrix
+            names = {
+                "policy": _names(matrix, "policies", options["policy"], "policy"),
+                "gpu": _names(matrix, "gpus", options["gpu"], "gpu"),
+                "torch": _names(matrix, "torch", options["torch"], "torch"),
+            }
+            for entry in [*(matrix.get("include") or []), *(matrix.get("exclude") or [])]:
+                for axis, value in entry.items():
+                    if axis not in names:
+                        raise ConfigError(f"unknown matrix axis {axis!r} in include/exclude "
+                                          "(valid: gpu, policy, torch)")
+                    if value not in options[axis]:
+                        raise unknown(axis, value, options[axis])
+                    if value not in names[axis]:
+                        names[axis].append(value)
+            # Phase 2 composes the policies, GPUs and builds, so the GPUs' own exporter defaults (and any
+            # override of them) are known; phase 3 adds those exporters.
+            axes = [f"+{group}@{AXES[group]}.{n}={n}" for group, values in names.items() for n in values]
+            not_exporters = [o for o in overrides if not o.lstrip("+~").startswith("exporters.")]
+            cfg = _compose(search + axes + not_exporters)
+            exporters = _exporter_names(cfg, choices, names, options["exporter"])
+            axes += [f"+exporter@exporters.{n}={n}" for n in exporters]
+            cfg = _compose(search + axes + overrides)
+    except yaml.YAMLError as exc:
+        raise yaml_error(exc) from None
     return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs)
 
 
@@ -104,6 +109,29 @@ def _compose(overrides: list[str]) -> DictConfig:
         return compose(PRIMARY, overrides=overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_first_line(exc)) from None
+    except yaml.YAMLError as exc:
+        raise yaml_error(exc) from None
+
+
+def yaml_error(exc: yaml.YAMLError) -> ConfigError:
+    """A malformed config file in one line: which file, which line, what the parser expected."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return ConfigError(f"malformed YAML in {where}: {problem}")
+
+
+def number(value: Any, key: str, kind: type = float, minimum: float = 0, inclusive: bool = False) -> Any:
+    """A numeric config value, or a one-line error naming the key, the value and what is allowed."""
+    try:
+        found = kind(value)
+        if isinstance(value, bool) or not (found >= minimum if inclusive else found > minimum):
+            raise ValueError
+    except (TypeError, ValueError):
+        what = "an integer" if kind is int else "a number"
+        bound = f"at least {minimum:g}" if inclusive else f"greater than {minimum:g}"
+        raise ConfigError(f"{key} must be {what} {bound}, got {value!r}") from None
+    return found
 
 
 def axis_list(matrix: DictConfig, key: str) -> list[str]:

@@ -43,7 +43,7 @@ def current_specs(cell_ids: list[str], overrides: list[str], config_dir: Path | 
     if not cell_ids:
         return {}
     for cell_id in cell_ids:
-        if cell_id.count("/") != 2:
+        if cell_id.count("/") != 2 or not all(cell_id.split("/")):
             raise ConfigError(f"bad cell id {cell_id!r} (expected policy/gpu/torch)")
     composed = compose_config([*overrides, *covering(cell_ids)], config_dir)
     wanted = set(cell_ids)
@@ -66,6 +66,10 @@ def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overri
     specs = current_specs(sorted(set(chosen) | (set(records) if stale else set())), overrides, config_dir)
     if stale:
         chosen += [c for c, r in records.items() if c not in chosen and is_stale(r, specs[c])]
+    missing = [c for c in chosen if c not in specs]
+    if missing:
+        raise ConfigError(f"cell {missing[0]!r} is not in the configured matrix (policy/gpu/torch names exist, but "
+                          "the cell does not)")
     return [specs[c] for c in chosen]
 
 

@@ -109,3 +109,26 @@ def test_rich_markup_in_an_error_line_is_printed_as_text(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[export] RuntimeError: closing tag [/red] and [bold]x" in " ".join(done.stderr.split())
     assert "MarkupError" not in done.stderr
+
+
+def test_bad_values_give_one_line_naming_key_value_and_what_is_allowed(tmp_path: Path) -> None:
+    from .conftest import cli, write
+
+    (tmp_path / "afile").write_text("")
+    bad = write(tmp_path / "conf/policy/act.yaml", "checkpoint: {random: {type: act\n  bad: [\n")
+    cases = [
+        (["sweep", f"out_dir={tmp_path / 'afile'}"], f"out_dir '{tmp_path / 'afile'}' is a file, not a directory"),
+        (["sweep", "out_dir=/proc/x/y"], "out_dir '/proc/x/y' cannot be written: "),
+        (["cells", "--config-dir", str(tmp_path / "conf")], f"malformed YAML in {bad}, line 2: expected ','"),
+        (["sweep", "policies.act.timeout_min=abc", f"out_dir={tmp_path / 'o'}"],
+         "policies.act.timeout_min must be a number greater than 0, got 'abc'"),
+        (["sweep", "launcher.parallel=two", f"out_dir={tmp_path / 'o'}"],
+         "launcher.parallel must be an integer at least 1, got 'two'"),
+        (["rerun", "act//stock", f"out_dir={tmp_path / 'o'}"], "bad cell id 'act//stock' (expected policy/gpu/torch)"),
+    ]
+    for args, message in cases:
+        done = cli(*args, check=False, timeout=120)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"export-matrix: error: {message}"), \
+            (args, done.stderr[-1500:])
+    assert not (tmp_path / "o").exists()  # nothing was written for a bad value
