@@ -73,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"export-matrix: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # disk full, a folder that vanished: one line, the records settle later (owner.py)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"export-matrix: error: {where}{exc.strerror or exc}; unfinished cells are settled by the next "
+              "status, sweep or rerun", file=sys.stderr)
+        return 1
 
 
 def _is_override(arg: str) -> bool:

@@ -97,7 +97,7 @@ def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> dict[str, A
     cell_dir = spec.cell_dir
     cell_dir.mkdir(parents=True, exist_ok=True)
     record = spec.new_record(attempt=attempt, started_at=now(), job_id=current_job_id(), requeues=requeues,
-                             owner=owner.me())
+                             owner=owner.me(), fingerprint=spec.fingerprint)
     earlier = read_record(cell_dir)
     if earlier is not None and earlier.job_id and not record.job_id:
         record.job_id = earlier.job_id

@@ -67,7 +67,7 @@ def prepare(spec: CellSpec, local: bool = True) -> int:
             earlier.error = "its sweep ended before it finished; the next sweep of the cell stopped it (SIGTERM)"
             write_record(spec.cell_dir, earlier)
     attempt = start_attempt(spec.cell_dir)
-    write_record(spec.cell_dir, spec.new_record(status="pending", attempt=attempt,
+    write_record(spec.cell_dir, spec.new_record(status="pending", attempt=attempt, fingerprint=spec.fingerprint,
                                                 owner=owner.me() if local else {}))
     return attempt
 
@@ -134,17 +134,27 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
                         progress.update(task, advance=1, counts=_counts(counts))
                 if running:
                     time.sleep(poll_s)
-        except KeyboardInterrupt:
-            progress.console.print("[yellow]interrupted: cancelling the running cells[/]")
+        except (KeyboardInterrupt, OSError) as exc:
+            why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped ({exc.strerror or exc})"
+            progress.console.print(f"[yellow]{escape(f'the sweep was {why}: cancelling the running cells')}[/]")
             for _, job in running.values():
                 job.cancel(check=False)
             for spec, job in running.values():
                 _wait_quietly(job, 30)
-                results.append(finish_lost(spec, job, "the sweep was interrupted"))
+                _settle_quietly(results, spec, job, f"the sweep was {why}")
             for spec in queue:
-                results.append(finish_lost(spec, None, "the sweep was interrupted before this cell started"))
+                _settle_quietly(results, spec, None, f"the sweep was {why} before this cell started")
             raise
     return results
+
+
+def _settle_quietly(results: list[dict[str, Any]], spec: CellSpec, job: submitit.Job | None, reason: str) -> None:
+    """finish_lost where the disk may be full: a record that cannot be written now stays `pending`/`running`,
+    owned by this sweep, and is settled by the next status, sweep or rerun (owner.py)."""
+    try:
+        results.append(finish_lost(spec, job, reason))
+    except OSError:
+        pass
 
 
 def _wait_quietly(job: submitit.Job, timeout_s: float) -> None:

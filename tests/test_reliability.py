@@ -132,3 +132,36 @@ def test_bad_values_give_one_line_naming_key_value_and_what_is_allowed(tmp_path:
         assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"export-matrix: error: {message}"), \
             (args, done.stderr[-1500:])
     assert not (tmp_path / "o").exists()  # nothing was written for a bad value
+
+
+def test_disk_full_mid_sweep_ends_in_one_line_and_the_cells_settle_afterwards(tmp_path: Path) -> None:
+    import shutil
+
+    import pytest
+
+    out = tmp_path / "small"
+    out.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(out)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        conf = probe_conf(tmp_path, 0)
+        fill = ("import pathlib; pathlib.Path('filler').write_bytes(b'0' * 1_000_000); "
+                "print('Exported policy test case: largest difference 0 (tolerance 1)')")
+        (conf / "exporter" / "slow.yaml").write_text(json.dumps({"command": ["{python}", "-c", fill]}))
+        done = subprocess.run(cli_args(conf, out, "sweep"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]
+        assert done.stderr.strip().splitlines()[-1].startswith("export-matrix: error: ")
+        assert "No space left on device" in done.stderr
+        (out / "cells/probe/cpu/local/filler").unlink(missing_ok=True)
+        shutil.rmtree(out / "submitit", ignore_errors=True)
+        status = subprocess.run(cli_args(conf, out, "status"), cwd=ROOT, capture_output=True, text=True,
+                                timeout=120)
+        assert status.returncode == 0, status.stderr[-2000:]
+        settled = record(out, "probe/cpu/local")
+        assert settled["status"] in ("killed", "cancelled", "failed"), settled  # ended, never pending for good
+        row = next(line for line in status.stdout.splitlines() if "probe/cpu/local" in line)
+        assert "killed" in row and "stale" not in row  # its fingerprint was recorded before the disk filled
+    finally:
+        subprocess.run(["umount", "-l", str(out)], capture_output=True)
