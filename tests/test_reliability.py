@@ -165,3 +165,18 @@ def test_disk_full_mid_sweep_ends_in_one_line_and_the_cells_settle_afterwards(tm
         assert "killed" in row and "stale" not in row  # its fingerprint was recorded before the disk filled
     finally:
         subprocess.run(["umount", "-l", str(out)], capture_output=True)
+
+
+def test_a_truncated_record_is_named_by_status_and_rerun_failed_runs_the_cell(tmp_path: Path) -> None:
+    conf, out = probe_conf(tmp_path, 0), tmp_path / "out"
+    assert subprocess.run(cli_args(conf, out, "sweep"), cwd=ROOT, capture_output=True, timeout=300).returncode == 0
+    path = out / "cells/probe/cpu/local/record.json"
+    cut = path.read_text()[:40]
+    path.write_text(cut)  # cut short, as a full disk or a crash of another tool might leave it
+    status = subprocess.run(cli_args(conf, out, "status"), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0 and "unreadable" in status.stdout and "Traceback" not in status.stderr
+    rerun = subprocess.run(cli_args(conf, out, "rerun", "--failed"), cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert record(out, "probe/cpu/local")["status"] == "passed"
+    assert (out / "cells/probe/cpu/local/attempts/1/record.json").read_text() == cut  # kept as it was, not lost
