@@ -22,7 +22,7 @@ from ..config import Composed, ConfigError, axis_list, compose_config, to_plain
 from . import changes as changes_md
 from . import render_html, render_md
 from .catalog import load_catalog
-from .records import load_records
+from .records import REPRO_EXPORTER, load_records
 from .settings import DEFAULTS, Settings
 from .splice import splice_file
 from .status import build_matrix, cells_table, classify_cells, repro_table
@@ -51,8 +51,10 @@ def settings_from(composed: Composed, overrides: list[str]) -> Settings:
                         margin_move=float(knobs["margin_move"]), read_threads=int(knobs["read_threads"]))
     _add_axes(settings, cfg)
     if named:  # only a matrix the user names says which cells should exist ("—" when they have no record)
-        settings.policies = axis_list(cfg.matrix, "policies")
-        settings.expected = list(dict.fromkeys((c["policy"], c["gpu"]) for c in expand(cfg.matrix)))
+        repros = {p for p in cfg.get("policies") or {} if cfg.policies[p].get("exporter") == REPRO_EXPORTER}
+        settings.policies = [p for p in axis_list(cfg.matrix, "policies") if p not in repros]
+        settings.expected = list(dict.fromkeys((c["policy"], c["gpu"]) for c in expand(cfg.matrix)
+                                               if c["policy"] not in repros))
     return settings
 
 
