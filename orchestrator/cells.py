@@ -13,6 +13,7 @@ from .config import Composed, ConfigError, axis_list, number, to_plain
 from .envs import EnvRecipe, is_recipe, recipe_of
 from .fingerprint import env_identity, fingerprint
 from .spec import CellSpec
+from .validate import AXES, validate
 
 AXIS_KEYS = ("policy", "gpu", "torch")
 
@@ -54,6 +55,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
     them ask for them.
     """
     cfg = composed.cfg
+    validate({node: to_plain(cfg.get(node)) for node in (*AXES, "launcher")})
     exporter_choice = composed.choices.get("exporter")
     built_from = recipes(composed)
     identities: dict[str, dict[str, Any]] = {}

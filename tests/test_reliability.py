@@ -125,6 +125,12 @@ def test_bad_values_give_one_line_naming_key_value_and_what_is_allowed(tmp_path:
         (["sweep", "launcher.parallel=two", f"out_dir={tmp_path / 'o'}"],
          "launcher.parallel must be an integer at least 1, got 'two'"),
         (["rerun", "act//stock", f"out_dir={tmp_path / 'o'}"], "bad cell id 'act//stock' (expected policy/gpu/torch)"),
+        (["sweep", "launcher=slurm", "+launcher.array_paralelism=8", f"out_dir={tmp_path / 'o'}"],
+         "unknown key launcher.array_paralelism (valid: array_parallelism, max_requeues, name, "),
+        (["sweep", "gpus.cpu.slurm.mem_gb=lots", f"out_dir={tmp_path / 'o'}"],
+         "gpus.cpu.slurm.mem_gb must be a number greater than 0, got 'lots'"),
+        (["sweep", "policies.act.export_args=3", f"out_dir={tmp_path / 'o'}"],
+         "policies.act.export_args must be a list of strings, got 3"),
     ]
     for args, message in cases:
         done = cli(*args, check=False, timeout=120)
