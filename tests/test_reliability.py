@@ -45,6 +45,13 @@ def wait_for_status(path: Path, status: str, timeout_s: float = 60) -> dict:
     raise AssertionError(f"{path} never became {status}")
 
 
+def sweep_until_running(conf: Path, out: Path) -> tuple[subprocess.Popen, dict]:
+    """A sweep of the probe cell in its own session, once its job has written the `running` record."""
+    sweep = subprocess.Popen(cli_args(conf, out, "sweep"), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    return sweep, wait_for_status(out / "cells/probe/cpu/local/record.json", "running")
+
+
 def test_an_orphan_of_an_earlier_attempt_never_writes_over_a_later_one(tmp_path: Path) -> None:
     cell = tmp_path / "cells/probe/cpu/local"
     write_record(cell, Record(cell="probe/cpu/local", policy="probe", gpu="cpu", torch="local", exporter="x",
@@ -57,10 +64,7 @@ def test_an_orphan_of_an_earlier_attempt_never_writes_over_a_later_one(tmp_path:
 
 def test_kill_9_of_the_sweep_then_rerun_keeps_every_attempt(tmp_path: Path) -> None:
     conf, out = probe_conf(tmp_path, 30), tmp_path / "out"
-    path = out / "cells/probe/cpu/local/record.json"
-    sweep = subprocess.Popen(cli_args(conf, out, "sweep"), cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-    running = wait_for_status(path, "running")
+    sweep, running = sweep_until_running(conf, out)
     os.kill(sweep.pid, signal.SIGKILL)  # the sweep alone: its job lives on, orphaned
     sweep.wait()
     assert owner.alive(running["owner"])
@@ -80,10 +84,7 @@ def test_kill_9_of_the_sweep_then_rerun_keeps_every_attempt(tmp_path: Path) -> N
 
 def test_a_record_whose_job_died_is_settled_and_rerun_failed_finds_it(tmp_path: Path) -> None:
     conf, out = probe_conf(tmp_path, 30), tmp_path / "out"
-    path = out / "cells/probe/cpu/local/record.json"
-    sweep = subprocess.Popen(cli_args(conf, out, "sweep"), cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-    running = wait_for_status(path, "running")
+    sweep, running = sweep_until_running(conf, out)
     os.killpg(sweep.pid, signal.SIGKILL)  # the sweep and everything it started
     sweep.wait()
     os.kill(running["owner"]["pid"], signal.SIGKILL) if owner.alive(running["owner"]) else None
