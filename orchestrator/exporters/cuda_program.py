@@ -26,6 +26,20 @@ PTD_NAME = "aoti_cuda_blob.ptd"
 RunMethod = Callable[[str, list[Any]], list[Any]]
 
 
+def require_cuda() -> str:
+    """The device's name and capability; a one-line RuntimeError where this torch sees no CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(
+            f"no CUDA device visible to the job: torch {torch.__version__} (CUDA {torch.version.cuda}) sees "
+            f"{torch.cuda.device_count()} devices (CUDA_VISIBLE_DEVICES={visible})"
+        )
+    major, minor = torch.cuda.get_device_capability()
+    return f"{torch.cuda.get_device_name()} (sm_{major}{minor})"
+
+
 def compile_options() -> dict[str, Any]:
     """The AOTInductor options CudaBackend compiles with (asked from the backend, never retyped)."""
     from executorch.backends.cuda.cuda_backend import CudaBackend

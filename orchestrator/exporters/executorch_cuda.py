@@ -45,20 +45,6 @@ import cuda_program  # noqa: E402
 from export_base import PolicyExport, log, parse_args  # noqa: E402
 
 
-def require_cuda() -> str:
-    """The device's name and capability; a one-line RuntimeError where this torch sees no CUDA device."""
-    import torch
-
-    if not torch.cuda.is_available():
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise RuntimeError(
-            f"no CUDA device visible to the job: torch {torch.__version__} (CUDA {torch.version.cuda}) sees "
-            f"{torch.cuda.device_count()} devices (CUDA_VISIBLE_DEVICES={visible})"
-        )
-    major, minor = torch.cuda.get_device_capability()
-    return f"{torch.cuda.get_device_name()} (sm_{major}{minor})"
-
-
 class CudaExport(PolicyExport):
     exporter = "executorch_cuda"
     device = "cuda"
@@ -67,7 +53,7 @@ class CudaExport(PolicyExport):
     def prepare(self) -> None:
         import torch
 
-        self.info["gpu"] = require_cuda()
+        self.info["gpu"] = cuda_program.require_cuda()
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         self.info["tf32"] = False

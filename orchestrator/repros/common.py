@@ -11,9 +11,9 @@ from typing import Any
 def gpu() -> dict[str, Any]:
     """torch's version and the device; a one-line RuntimeError where no CUDA device is visible."""
     import torch
+    from cuda_program import require_cuda
 
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"no CUDA device visible to the job: torch {torch.__version__} (CUDA {torch.version.cuda})")
+    require_cuda()
     major, minor = torch.cuda.get_device_capability()
     return {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "capability": f"sm_{major}{minor}"}
 
