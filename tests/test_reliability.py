@@ -187,3 +187,22 @@ def test_a_truncated_record_is_named_by_status_and_rerun_failed_runs_the_cell(tm
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert record(out, "probe/cpu/local")["status"] == "passed"
     assert (out / "cells/probe/cpu/local/attempts/1/record.json").read_text() == cut  # kept as it was, not lost
+
+
+def test_a_lowering_out_of_gpu_memory_is_an_oom_record_of_the_row_3_kind(tmp_path: Path) -> None:
+    from orchestrator.cli import main
+
+    conf, out = probe_conf(tmp_path, 0), tmp_path / "out"
+    oom = ("torch._inductor.exc.InductorError: RuntimeError: Failed to run autotuning code block: CUDA out of memory. "
+           "Tried to allocate 2.98 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.50 GiB is free.")
+    (conf / "exporter" / "slow.yaml").write_text(json.dumps({"command": [
+        "{python}", "-c", f"import sys; print({oom!r}); print('Exported policy GPU memory: export 81234.0 MiB, run "
+        "0.0 MiB (NVML peak)'); print('error: The compile-model step failed (see above), so the bundle was not "
+        "written.'); sys.exit(1)"]}))
+    done = subprocess.run(cli_args(conf, out, "sweep"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cell = record(out, "probe/cpu/local")
+    assert (cell["status"], cell["failed_step"]) == ("oom", "compile-model")
+    assert cell["peak_gpu_phases"] == {"export": 81234.0, "run": 0.0} and cell["error"] == oom
+    assert main(["collect", "--config-dir", str(conf), f"out_dir={out}"]) == 0
+    assert "| probe | ❌ 3 |" in (out / "matrix.md").read_text()
