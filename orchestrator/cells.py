@@ -60,7 +60,12 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
     built_from = recipes(composed)
     identities: dict[str, dict[str, Any]] = {}
     specs = []
-    for cell in expand(cfg.matrix):
+    cells = [c for c in expand(cfg.matrix) if composed.selects(f"{c['policy']}/{c['gpu']}/{c['torch']}")]
+    if composed.selection and not cells:
+        chosen = " ".join(f"{axis}={','.join(p)}" for axis, p in composed.selection.items())
+        lists = "; ".join(f"{key}: {', '.join(axis_list(cfg.matrix, key))}" for key in ("policies", "gpus", "torch"))
+        raise ConfigError(f"{chosen} selects no cell of matrix {composed.choices.get('matrix')} ({lists})")
+    for cell in cells:
         policy = to_plain(cfg.policies[cell["policy"]])
         gpu = to_plain(cfg.gpus[cell["gpu"]])
         build = to_plain(cfg.builds[cell["torch"]])

@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     rerun.add_argument("--failed", action="store_true", help="every recorded cell that did not pass")
     rerun.add_argument("--stale", action="store_true", help="every cell whose config or environment changed")
     overrides(command("status", "show the recorded cells, with stale ones marked (Slurm jobs asked through sacct)"))
+    show = command("show", "print one cell's resolved configs, fingerprint and exact commands, running nothing")
+    show.add_argument("cell", help="policy/gpu/torch")
+    overrides(show)
     wait = command("wait", "follow a Slurm sweep (DIR/manifest.json) until every cell has ended")
     wait.add_argument("--poll-s", type=float, default=None, help="seconds between sacct calls (default: the sweep's)")
     overrides(wait)
@@ -139,6 +142,16 @@ def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = 
     return 1 if any(r["status"] == "error" for r in records) else 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .cell_show import describe_cell
+
+    print(yaml.safe_dump(describe_cell(args.cell, args.overrides, args.config_dir), sort_keys=False, width=120),
+          end="")
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from .status import show_status
 
@@ -201,7 +214,8 @@ def cmd_env_list(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"cells": cmd_cells, "sweep": cmd_sweep, "rerun": cmd_rerun, "status": cmd_status, "collect": cmd_collect,
+COMMANDS = {"cells": cmd_cells, "sweep": cmd_sweep, "rerun": cmd_rerun, "status": cmd_status, "show": cmd_show,
+            "collect": cmd_collect,
             "wait": cmd_wait, "env_build": cmd_env_build, "env_list": cmd_env_list}
 
 

@@ -7,7 +7,8 @@ entry, so its files win over the package's `conf/`, which is appended through `h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import fnmatch
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,44 @@ class Composed:
     choices: dict[str, str | None]
     options: dict[str, list[str]]
     config_dirs: list[Path]
+    selection: dict[str, list[str]] = field(default_factory=dict)  # `policy=act,wall_*`: names or globs per axis
+
+    def selects(self, cell_id: str) -> bool:
+        """Whether `policy=`, `gpu=`, `torch=` on the command line keep this cell (all cells without them)."""
+        return selected(cell_id, self.selection)
+
+
+# `policy=act,wall_x`, `gpu=a100`, `torch=stock,pr*`: Hydra's way of choosing from a group, here narrowing the
+# selected matrix's axes (names or globs) for every command.
+SELECT_AXES = ("policy", "gpu", "torch")
+
+
+def split_selection(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    rest: list[str] = []
+    chosen: dict[str, list[str]] = {}
+    for override in overrides:
+        key, eq, value = override.partition("=")
+        if eq and key in SELECT_AXES:
+            names = [v.strip().strip("'\"") for v in value.strip().strip("[]").split(",") if v.strip()]
+            if not names:
+                raise ConfigError(f"{key}= needs one or more names or patterns (e.g. {key}=a,b or {key}='x*')")
+            chosen.setdefault(key, []).extend(names)
+        else:
+            rest.append(override)
+    return rest, chosen
+
+
+def selected(cell_id: str, selection: dict[str, list[str]]) -> bool:
+    parts = dict(zip(SELECT_AXES, cell_id.split("/"), strict=False))
+    return all(any(fnmatch.fnmatchcase(parts.get(axis, ""), p) for p in patterns)
+               for axis, patterns in selection.items())
+
+
+def _check_selection(selection: dict[str, list[str]], options: dict[str, list[str]]) -> None:
+    for axis, patterns in selection.items():
+        for pattern in patterns:
+            if not any(fnmatch.fnmatchcase(name, pattern) for name in options[axis]):
+                raise unknown(axis, pattern, options[axis])
 
 
 def unknown(kind: str, value: Any, valid: list[str]) -> ConfigError:
@@ -57,6 +96,7 @@ def _axis_override(override: str) -> bool:
 
 def compose_config(overrides: list[str], config_dir: Path | None = None) -> Composed:
     """Compose the primary config and every axis config its matrix needs; raise ConfigError on bad input."""
+    overrides, selection = split_selection(overrides)
     dirs = [PACKAGE_CONF] if config_dir is None else [Path(config_dir).resolve(), PACKAGE_CONF]
     if config_dir is not None and not dirs[0].is_dir():
         raise ConfigError(f"--config-dir {str(config_dir)!r} is not a directory")
@@ -73,6 +113,7 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
                 key, _, value = override.lstrip("+").partition("=")
                 if key in CHOICE_GROUPS and value not in options[key] and value != "null":
                     raise unknown(key, value, options[key])
+            _check_selection(selection, options)
             base = [o for o in overrides if not _axis_override(o)]
             cfg = _compose(search + base)
             choices = dict(OmegaConf.to_container(cfg.hydra.runtime.choices))
@@ -82,6 +123,8 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
                 "gpu": _names(matrix, "gpus", options["gpu"], "gpu"),
                 "torch": _names(matrix, "torch", options["torch"], "torch"),
             }
+            for axis, patterns in selection.items():  # compose only what the selection keeps
+                names[axis] = [n for n in names[axis] if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
             for entry in [*(matrix.get("include") or []), *(matrix.get("exclude") or [])]:
                 for axis, value in entry.items():
                     if axis not in names:
@@ -101,7 +144,7 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
             cfg = _compose(search + axes + overrides)
     except yaml.YAMLError as exc:
         raise yaml_error(exc) from None
-    return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs)
+    return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs, selection=selection)
 
 
 def _compose(overrides: list[str]) -> DictConfig:

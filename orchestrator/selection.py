@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from . import owner
-from .config import ConfigError, compose_config
+from .config import ConfigError, compose_config, selected, split_selection
 from .record import RECORD_NAME, UNFINISHED, read_record
 from .spec import CellSpec
 
@@ -52,11 +52,13 @@ def current_specs(cell_ids: list[str], overrides: list[str], config_dir: Path | 
 
 def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overrides: list[str],
            config_dir: Path | None) -> list[CellSpec]:
-    records = recorded(out_dir)
+    """The cells to rerun; `policy=`, `gpu=`, `torch=` among the overrides narrow every way of choosing them."""
+    overrides, selection = split_selection(overrides)
+    records = {c: r for c, r in recorded(out_dir).items() if selected(c, selection)}
     chosen: list[str] = []
     for pattern in patterns:
         hits = [c for c in records if fnmatch.fnmatchcase(c, pattern)]
-        if not hits and not any(ch in pattern for ch in "*?["):
+        if not hits and not any(ch in pattern for ch in "*?[") and selected(pattern, selection):
             hits = [pattern]  # a cell that never ran can be run by its id
         if not hits:
             raise ConfigError(f"no recorded cell matches {pattern!r} (recorded: {len(records)} cells under {out_dir})")

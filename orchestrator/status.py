@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .config import selected, split_selection
 from .launch import STATUS_STYLE
 from .selection import current_specs, is_stale, recorded
 
@@ -34,7 +35,9 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None) ->
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             why = escape(f"could not ask Slurm about the sweep's jobs ({exc}); showing the records")
             errors.print(f"[yellow]{why}[/]")
-    records = recorded(out_dir)
+    overrides, selection = split_selection(overrides)
+    records = {c: r for c, r in recorded(out_dir).items() if selected(c, selection)}
+    jobs = {c: state for c, state in jobs.items() if selected(c, selection)}
     for cell_id, state in jobs.items():  # poll wrote the records it settled; a cell may have none yet
         if state.record is not None:
             records[cell_id] = state.record

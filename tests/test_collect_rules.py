@@ -333,3 +333,10 @@ def test_repro_cells_fill_their_own_table_not_the_matrix(tmp_path: Path) -> None
     assert "| 2 | grouped_mm_bf16 | A100 80GB (sm_80) | stock | timeout | did not finish |" in md
     html = (tmp_path / "report.html").read_text()
     assert "<h2>Standalone repros</h2>" in html and "eager/exported: convs 0.56x (aoti)" in html
+
+
+def test_selection_narrows_collect_to_the_chosen_cells(tmp_path: Path) -> None:
+    passed(tmp_path, "act/h100/stock")
+    passed(tmp_path, "wall_x/h100/stock")
+    assert collect(tmp_path, "gpu=h100", "policy=wall_*", matrix="matrix.policies=[act,wall_x]") == 0
+    assert set(rows(tmp_path)) == {("wall_x", "h100")}

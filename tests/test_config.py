@@ -119,3 +119,29 @@ def test_unknown_exporter_of_a_policy_names_the_policy(tmp_path: Path) -> None:
     write(tmp_path / "policy" / "mine.yaml", "checkpoint: null\nexporter: nope\ntask: null\nexport_args: []\n")
     with pytest.raises(ConfigError, match=r"unknown exporter \(of policy mine\) 'nope' \(valid: executorch_cpu, "):
         compose_config(["matrix.policies=[mine]"], tmp_path)
+
+
+def test_hydra_style_selection_narrows_the_matrix() -> None:
+    assert cells("matrix=tracking", "gpu=a100", "policy=act,wall_x", "torch=stock") == ["act/a100/stock",
+                                                                                      "wall_x/a100/stock"]
+    assert cells("matrix=tracking", "policy=wall_*", "torch=stock", "gpu=h100") == ["wall_x/h100/stock",
+                                                                                   "wall_oss_05/h100/stock"]
+    done = cli("cells", "gpu=h200", check=False)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "export-matrix: error: gpu=h200 selects no cell of matrix smoke (policies: act, diffusion, gaussian_actor, "
+        "tdmpc; gpus: cpu; torch: local)"]
+    done = cli("cells", "policy=nope*", check=False)
+    assert done.returncode == 2 and "unknown policy 'nope*' (valid: act, " in done.stderr
+
+
+def test_show_prints_a_cells_configs_and_exact_commands_without_running_it(tmp_path: Path) -> None:
+    import yaml
+
+    done = cli("show", "act/cpu/local", f"out_dir={tmp_path}", f"ckpt_dir={tmp_path / 'ckpts'}")
+    shown = yaml.safe_load(done.stdout)
+    assert shown["cell"] == "act/cpu/local" and shown["configs"]["exporter"]["command"][1].endswith("executorch_cpu.py")
+    ckpt = shown["make_random"][3]
+    assert shown["make_random"][2] == "act" and ckpt.startswith(f"{tmp_path / 'ckpts'}/act-")
+    assert shown["make_random"][4] == "pretrained_backbone_weights=null"
+    assert shown["export"][2:] == [f"--policy.path={ckpt}", f"--output_dir={tmp_path}/cells/act/cpu/local/bundle"]
+    assert len(shown["fingerprint"]) == 16 and not (tmp_path / "cells").exists()  # nothing ran

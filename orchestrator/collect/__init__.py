@@ -54,7 +54,8 @@ def settings_from(composed: Composed, overrides: list[str]) -> Settings:
         repros = {p for p in cfg.get("policies") or {} if cfg.policies[p].get("exporter") == REPRO_EXPORTER}
         settings.policies = [p for p in axis_list(cfg.matrix, "policies") if p not in repros]
         settings.expected = list(dict.fromkeys((c["policy"], c["gpu"]) for c in expand(cfg.matrix)
-                                               if c["policy"] not in repros))
+                                               if c["policy"] not in repros
+                                               and composed.selects(f"{c['policy']}/{c['gpu']}/{c['torch']}")))
     return settings
 
 
@@ -151,6 +152,10 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")
     cells, history = load_records(out_dir, settings.read_threads)
+    if composed.selection:  # policy=, gpu=, torch= narrow the table to those cells
+        cells = cells[cells["id"].map(composed.selects).astype(bool)].reset_index(drop=True)
+        if len(history):
+            history = history[history["id"].map(composed.selects).astype(bool)].reset_index(drop=True)
     _complete_axes(settings, composed, overrides, config_dir, cells)
     done = tables(cells, history, settings)
     spliced = splice_file(into, done.outputs["matrix.md"]) if into is not None else None  # fails before writing
