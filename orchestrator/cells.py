@@ -59,6 +59,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
     exporter_choice = composed.choices.get("exporter")
     built_from = recipes(composed)
     identities: dict[str, dict[str, Any]] = {}
+    repeat = _repeat(to_plain(cfg.get("repeat")) or {})
     specs = []
     cells = [c for c in expand(cfg.matrix) if composed.selects(f"{c['policy']}/{c['gpu']}/{c['torch']}")]
     if composed.selection and not cells:
@@ -103,9 +104,18 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
                 recipe=recipe if not build.get("python") else None,
                 fingerprint=fingerprint(configs, identities[cell["torch"]]) if with_fingerprints else {},
                 requires_cuda=bool(exporter.get("requires_cuda")),
+                repeat=repeat,
             )
         )
     return specs
+
+
+def _repeat(node: dict[str, Any]) -> dict[str, Any]:
+    band, runs = node.get("band", [0.8, 1.25]), node.get("runs", 1)
+    if not (isinstance(band, list) and len(band) == 2 and all(isinstance(b, int | float) for b in band)
+            and 0 <= band[0] <= band[1]):
+        raise ConfigError(f"repeat.band must be [low, high] with 0 <= low <= high, got {band!r}")
+    return {"band": [float(b) for b in band], "runs": int(number(runs, "repeat.runs", int, 1, True))}
 
 
 def _env(node: dict[str, Any]) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import traceback
 from datetime import UTC, datetime
@@ -162,19 +163,38 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
     bundle.mkdir(exist_ok=True)
     record.command = export_command(spec, ckpt, bundle)
     log = cell_dir / EXPORT_LOG
-    with open(log, "a") as handle:
-        handle.write(f"[export-matrix] {json.dumps(record.command)}\n")
-    outcome = run_logged(record.command, log, env, timeout_s, cwd=cell_dir)
-    record.export_s = round(outcome.seconds, 2)
-    record.peak_gpu_mib = outcome.peak_gpu_mib
-    text = log.read_text(errors="replace")
-    found = parse_log(text, spec.parse)
+    diffs: list[float] = []
+    while True:
+        offset = log.stat().st_size if log.exists() else 0
+        with open(log, "a") as handle:
+            again = f"repeat {len(diffs) + 1} of {spec.repeat['runs']}: the check sat near its tolerance; " if diffs \
+                else ""
+            handle.write(f"[export-matrix] {again}{json.dumps(record.command)}\n")
+        outcome = run_logged(record.command, log, env, timeout_s, cwd=cell_dir)
+        found = _record_export(record, spec, outcome, log, offset)
+        if not _checked(record, outcome):
+            break
+        diffs.append(record.max_diff)
+        low, high = spec.repeat["band"]
+        if not (low <= diffs[0] / record.tolerance <= high) or len(diffs) >= int(spec.repeat["runs"]):
+            break  # far from the limit: one run; near it: `runs` in all
+    if len(diffs) > 1:
+        _summarize_runs(record, diffs, found)
+
+
+def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offset: int) -> dict[str, Any]:
+    """The record's fields from one export run: its part of the log, its exit, its check."""
+    text = log.read_bytes().decode(errors="replace")
+    found = parse_log(log.read_bytes()[offset:].decode(errors="replace"), spec.parse)
+    record.export_s = round((record.export_s or 0) + outcome.seconds, 2)  # every run of a repeated check
+    record.peak_gpu_mib = max(filter(None, (record.peak_gpu_mib, outcome.peak_gpu_mib)), default=None)
     for key in ("max_diff", "tolerance", "margin", "eager_ms", "exported_ms", "speedup", "check", "check_reason",
                 "repro"):
         setattr(record, key, found.get(key))
     record.steps_s = found.get("steps_s") or {}
     record.peak_gpu_phases = found.get("peak_gpu_phases") or {}
     record.log_tail = tail(text, spec.parse["tail_lines"])
+    record.status, record.failed_step, record.error = "passed", None, None
     if outcome.timed_out:
         record.status, record.failed_step = "timeout", found.get("failed_step") or "export"
         record.error = f"the export ran past timeout_min={spec.timeout_min:g}"
@@ -185,8 +205,27 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
         record.status = "oom" if found.get("oom") else "failed"
         record.failed_step = found.get("failed_step") or ("check" if found.get("test_case") == "failed" else "export")
         record.error = found.get("error") or f"the exporter exited with status {outcome.returncode}"
+    return found
+
+
+def _checked(record: Record, outcome: Any) -> bool:
+    """The export ran to its check (passed, or failed at the check itself) and the check has numbers."""
+    finished = not outcome.timed_out and outcome.returncode >= 0 and record.status in ("passed", "failed")
+    return finished and record.failed_step in (None, "check") and record.max_diff is not None \
+        and bool(record.tolerance)
+
+
+def _summarize_runs(record: Record, diffs: list[float], found: dict[str, Any]) -> None:
+    """A check repeated near its limit: every run's difference, and the verdict of their median."""
+    median = statistics.median(diffs)
+    record.check_runs = diffs
+    record.max_diff, record.margin = median, median / record.tolerance
+    if median <= record.tolerance:
+        record.status, record.failed_step, record.error = "passed", None, None
     else:
-        record.status = "passed"
+        record.status, record.failed_step = "failed", "check"
+        record.error = (f"RuntimeError: The exported policy does not reproduce its test case ({median:.2e} > "
+                        f"{record.tolerance:g}), median of {len(diffs)} runs")
 
 
 def _finish_failed_step(record: Record, spec: CellSpec, step: str, log: Path, returncode: int,

@@ -55,6 +55,7 @@ class Record:
     check: str | None = None  # which check ran: executorch | aoti | none (embedded CUDA exporter)
     check_reason: str | None = None  # why not executorch (aoti), why nothing could run (none)
     steps_s: dict[str, float] = field(default_factory=dict)  # the exporter's steps ("compile-model": 41.2)
+    check_runs: list[float] = field(default_factory=list)  # max_diff of each run of a check repeated near its limit
     repro: dict[str, Any] | None = None  # a standalone repro's result: row, reproduced, summary, measurements
     fixes: list[str] = field(default_factory=list)
     versions: dict[str, Any] = field(default_factory=dict)

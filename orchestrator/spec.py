@@ -35,6 +35,7 @@ class CellSpec:
     configs: dict[str, Any] = field(default_factory=dict)
     recipe: EnvRecipe | None = None  # the environment the sweep builds before submitting, if not built
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    repeat: dict[str, Any] = field(default_factory=lambda: {"band": [0.8, 1.25], "runs": 1})
     requires_cuda: bool = False  # the exporter needs a CUDA device: without one the cell is an `error` at once
 
     @property

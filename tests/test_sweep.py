@@ -193,3 +193,19 @@ def test_a_second_sweep_into_the_same_out_dir_stops_with_one_line(tmp_path: Path
     cell = record(tmp_path / "out", "probe/cpu/local")
     assert cell["status"] == "passed" and cell["attempt"] == 1
     assert not (tmp_path / "out/cells/probe/cpu/local/attempts").exists()  # the second sweep touched nothing
+
+
+def test_a_check_near_its_limit_runs_again_and_the_table_shows_the_range(standin_conf: Path, ckpt_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    from orchestrator.cli import main
+
+    small_sweep(standin_conf, ckpt_dir, tmp_path, "matrix.policies=[wall_x,act]", "matrix.torch=[pr202785]",
+                "+policies.wall_x.env.STANDIN_DIFFS='0.06,0.095,0.047'", *act_checkpoints("act", "wall_x"))
+    wall_x = record(tmp_path, "wall_x/h100/pr202785")
+    assert wall_x["check_runs"] == [0.06, 0.095, 0.047]  # margin 0.8 first: in the band, so 3 runs in all
+    assert wall_x["max_diff"] == 0.06 and wall_x["status"] == "passed"  # the median's verdict
+    assert (tmp_path / "cells/wall_x/h100/pr202785/export.log").read_text().count("[export-matrix] repeat") == 2
+    act = record(tmp_path, "act/h100/pr202785")
+    assert act["check_runs"] == [] and act["margin"] < 0.8  # far from the limit: one run
+    assert main(["collect", "--config-dir", str(standin_conf), f"out_dir={tmp_path}"]) == 0
+    assert "at limit 0.63–1.27" in (tmp_path / "matrix.md").read_text()

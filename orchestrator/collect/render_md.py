@@ -74,8 +74,8 @@ def cell_text(row: dict) -> str:
         pieces.append(f"checked by {row['check']}")  # the embedded CUDA exporter's: executorch or aoti
     if row["slow"]:
         pieces.append(f"slow {row['speedup']:.2f}×")
-    if row["at_limit"]:
-        pieces.append("at limit")
+    if row["at_limit"]:  # with the margins of every run where the check was repeated near its limit
+        pieces.append(f"at limit {row['runs']}" if isinstance(row.get("runs"), str) and row["runs"] else "at limit")
     if row["in_progress"] and status != "running":
         pieces.append("⏳")
     return " · ".join(pieces)

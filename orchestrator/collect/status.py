@@ -23,10 +23,10 @@ from .settings import Settings
 
 SYMBOLS = {"pass": "✅", "patched": "🟡", "fail": "❌", "running": "⏳", "missing": "—", "unreadable": "⚠️"}
 CELL_COLUMNS = ["id", "policy", "gpu", "torch", "status", "failed_step", "failures", "error", "max_diff",
-                "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "attempt", "versions", "fixes", "stock",
-                "slow", "at_limit", "straddle", "log"]
+                "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "runs", "attempt", "versions", "fixes",
+                "stock", "slow", "at_limit", "straddle", "log"]
 MATRIX_COLUMNS = ["policy", "gpu", "symbol", "status", "build", "fixes", "failures", "primary", "error",
-                  "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "slow", "at_limit",
+                  "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "runs", "slow", "at_limit",
                   "in_progress", "builds", "new_error", "cell", "log"]
 REPRO_COLUMNS = ["row", "id", "policy", "gpu", "torch", "status", "reproduces", "summary", "error", "log"]
 
@@ -57,7 +57,9 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     df["failing"] = ~(df["passed"] | df["unfinished"] | df["unreadable"])
     ratio = (df["max_diff"] / df["tolerance"]).where(df["tolerance"] > 0)
     df["margin"] = df["margin"].fillna(ratio)
-    df["straddle"] = df["id"].isin(_straddling(df, history))
+    runs = df["runs"].fillna("").astype(str).str.split("–")
+    repeated_straddle = runs.map(lambda r: len(r) == 2 and float(r[0]) <= 1 < float(r[1]))
+    df["straddle"] = df["id"].isin(_straddling(df, history)) | repeated_straddle.astype(bool)
     df["at_limit"] = (df["margin"] >= settings.at_limit) | df["straddle"]
     df["slow"] = df["speedup"] < settings.slow_below
 
@@ -143,7 +145,7 @@ def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     agg["new_error"] = grouped["new_error"].first()
     agg["failures"] = join_ids(agg, [*catalog.ids, NEW])
     picked = decided[["torch", "fixes", "failures", "error", "max_diff", "tolerance", "margin", "speedup",
-                      "peak_gpu_mib", "check", "slow", "at_limit", "id", "log"]]
+                      "peak_gpu_mib", "check", "runs", "slow", "at_limit", "id", "log"]]
     matrix = agg.join(picked.rename(columns={"torch": "build", "failures": "primary", "id": "cell"}))
     # A cell whose record cannot be read may hold any result: only a stock pass is earned without it.
     matrix["status"] = np.select([matrix["stock_pass"], matrix["unreadable"], matrix["patched_pass"],
