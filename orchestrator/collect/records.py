@@ -82,7 +82,7 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
     _, policy, gpu, torch, _ = path.rsplit(os.sep, 4)
     get = data.get
     logs = get("logs")
-    log = (logs.get("export") or next(iter(logs.values()), None)) if isinstance(logs, dict) and logs else None
+    log = _log(logs, get("failed_step"))
     fixes = get("fixes") or []
     repro = get("repro")
     if not isinstance(repro, dict):
@@ -96,6 +96,15 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
         None if repro.get("row") is None else str(repro["row"]), repro.get("reproduced"), repro.get("summary"),
         _runs(get("check_runs"), get("tolerance")),
     )
+
+
+def _log(logs: Any, failed_step: Any) -> str | None:
+    """The log that shows what the cell did last: make_random's when it stopped there, none when nothing ran."""
+    if not isinstance(logs, dict) or not logs or failed_step == "setup":
+        return None
+    if failed_step == "make_random":
+        return logs.get("make_random")
+    return logs.get("export") or next(iter(logs.values()), None)
 
 
 def _runs(diffs: Any, tolerance: Any) -> str | None:

@@ -25,6 +25,12 @@ a { color: inherit; } code { font-size: 90%; } .err { max-width: 60em; overflow-
 """
 
 
+def _newest(cells: pd.DataFrame) -> str:
+    """The run's date: when its newest record ended (from the records, so the same records give the same page)."""
+    ended = [t for t in cells["ended_at"].dropna().astype(str) if t] if "ended_at" in cells else []
+    return f"; the newest ended {escape(max(ended))}" if ended else ""
+
+
 def _str(value: object) -> str:
     """"" for None and NaN (pandas' missing), else the text."""
     return "" if value is None or (isinstance(value, float) and value != value) else str(value)
@@ -41,7 +47,7 @@ def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summar
     summary = summary or summarize(matrix, cells, settings)
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            "<title>export matrix</title>", f"<style>{CSS}</style></head><body>",
-           f"<h1>Export matrix</h1><p>{len(cells)} records.</p>", "<table><tr><th>policy</th>"]
+           f"<h1>Export matrix</h1><p>{len(cells)} records{_newest(cells)}.</p>", "<table><tr><th>policy</th>"]
     out += [f"<th>{escape(settings.gpu_label(g))}</th>" for g in summary.gpus]
     out.append("</tr>")
     for policy in summary.policies:
@@ -87,22 +93,75 @@ def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summar
         out += [f"<li><b>{escape(settings.gpu_label(g))}</b>: {escape(t)}</li>" for g, t in summary.gpu_versions]
         out.append("</ul>")
     out.append(_cells_table(cells))
+    out.append(SCRIPT)
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
 
+CELL_COLUMNS = ("cell", "status", "step", "failures", "difference / tolerance", "margin", "speedup", "exported ms",
+                "peak GPU MiB", "check", "attempt", "error")
+
+
 def _cells_table(cells: pd.DataFrame) -> str:
+    """Every cell with its detail, sortable by any column and filtered by status or failure row (inline script)."""
     shown = cells.head(MAX_CELL_ROWS)
+    statuses = sorted(set(shown["status"]))
+    failures = sorted({f for text in shown["failures"].fillna("") for f in str(text).split()}, key=_failure_order)
     out = [f"<h2>Cells</h2><p>{len(cells)} cells"
            + (f", the first {MAX_CELL_ROWS} shown (cells.csv has them all)" if len(cells) > MAX_CELL_ROWS else "")
-           + ".</p><table><tr><th>cell</th><th>status</th><th>step</th><th>failures</th><th>difference / tolerance"
-           "</th><th>speedup</th><th>peak GPU MiB</th><th>check</th><th>error</th></tr>"]
+           + ". Click a column to sort by it.</p>",
+           '<p><label>status <select id="status-filter"><option value="">all</option>'
+           + "".join(f'<option value="{escape(s)}">{escape(s)}</option>' for s in statuses)
+           + '</select></label> <label>failure <select id="failure-filter"><option value="">all</option>'
+           + "".join(f'<option value="{escape(f)}">{escape(f)}</option>' for f in failures)
+           + "</select></label></p>",
+           '<table id="cells" class="sortable"><thead><tr>'
+           + "".join(f"<th>{escape(c)}</th>" for c in CELL_COLUMNS) + "</tr></thead><tbody>"]
     for row in shown.itertuples(index=False):
         diff = f"{num(row.max_diff)} / {num(row.tolerance)}" if num(row.max_diff) else ""
-        out.append(f"<tr><td>{_link(row.log, row.id)}</td><td>{escape(row.status)}</td>"
+        out.append(f'<tr data-status="{escape(row.status)}" data-failures="{escape(_str(row.failures))}">'
+                   f"<td>{_link(row.log, row.id)}</td><td>{escape(row.status)}</td>"
                    f"<td>{escape(_str(row.failed_step))}</td><td>{escape(_str(row.failures))}</td>"
-                   f"<td>{escape(diff)}</td><td>{escape(num(row.speedup))}</td><td>{escape(num(row.peak_gpu_mib))}"
-                   f"</td><td>{escape(_str(row.check))}</td>"
+                   f"<td>{escape(diff)}</td><td>{escape(num(row.margin))}</td><td>{escape(num(row.speedup))}</td>"
+                   f"<td>{escape(num(row.exported_ms))}</td><td>{escape(num(row.peak_gpu_mib))}</td>"
+                   f"<td>{escape(_str(row.check))}</td><td>{escape(_str(row.attempt))}</td>"
                    f'<td class="err">{escape(_str(row.error))}</td></tr>')
-    out.append("</table>")
+    out.append("</tbody></table>")
     return "\n".join(out)
+
+
+def _failure_order(failure_id: str) -> tuple[int, str]:
+    return (int(failure_id), "") if failure_id.isdigit() else (10**9, failure_id)
+
+
+SCRIPT = """
+<script>
+// Sorting and filtering of the cells table; the page loads nothing from the network.
+document.querySelectorAll("table.sortable thead th").forEach((th, column) => {
+  th.style.cursor = "pointer";
+  th.addEventListener("click", () => {
+    const body = th.closest("table").tBodies[0];
+    const direction = th.dataset.direction === "ascending" ? "descending" : "ascending";
+    th.closest("tr").querySelectorAll("th").forEach((other) => delete other.dataset.direction);
+    th.dataset.direction = direction;
+    const text = (row) => row.children[column].textContent.trim();
+    const rows = Array.from(body.rows).sort((a, b) => {
+      const x = text(a), y = text(b), nx = parseFloat(x), ny = parseFloat(y);
+      const order = !isNaN(nx) && !isNaN(ny) ? nx - ny : x.localeCompare(y);
+      return direction === "ascending" ? order : -order;
+    });
+    rows.forEach((row) => body.appendChild(row));
+  });
+});
+function applyFilters() {
+  const status = document.getElementById("status-filter").value;
+  const failure = document.getElementById("failure-filter").value;
+  document.querySelectorAll("#cells tbody tr").forEach((row) => {
+    row.hidden = (status && row.dataset.status !== status) ||
+                 (failure && !row.dataset.failures.split(" ").includes(failure));
+  });
+}
+document.getElementById("status-filter").addEventListener("change", applyFilters);
+document.getElementById("failure-filter").addEventListener("change", applyFilters);
+</script>
+"""
