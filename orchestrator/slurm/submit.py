@@ -23,6 +23,7 @@ from ..launch import job_timeout_min, prepare
 from ..spec import CellSpec
 from .cell_job import CellJob
 from .follow import CellState, poll
+from .limits import chunks, cluster_limits
 from .manifest import manifest_path, merge_manifest
 
 SUBMITIT_DIR = "submitit"
@@ -105,14 +106,16 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
             specs = [s for s in specs if s.id not in set(skipped)]
     groups: dict[tuple, list[CellSpec]] = {}
     signatures: dict[tuple, dict[str, Any]] = {}
+    per_array = cluster_limits().array_tasks  # a signature larger than the cluster's arrays goes in as several
     for spec in specs:
         res = resources(spec, settings)
         groups.setdefault(signature_key(res), []).append(spec)
         signatures[signature_key(res)] = res
+    batches = [(key, part) for key, group in groups.items() for part in chunks(group, per_array)]
     arrays: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
     sweep = {"what": what, "submitted_at": now(), "launcher": "slurm", "poll_s": settings.poll_s}
-    for key, group in groups.items():
+    for key, group in batches:
         res = signatures[key]
         attempts = {spec.id: prepare(spec, local=False) for spec in group}
         try:
