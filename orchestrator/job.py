@@ -184,8 +184,9 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
 
 def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offset: int) -> dict[str, Any]:
     """The record's fields from one export run: its part of the log, its exit, its check."""
-    text = log.read_bytes().decode(errors="replace")
-    found = parse_log(log.read_bytes()[offset:].decode(errors="replace"), spec.parse)
+    data = log.read_bytes()
+    text = data.decode(errors="replace")
+    found = parse_log(data[offset:].decode(errors="replace"), spec.parse)  # this run's part of the log
     record.export_s = round((record.export_s or 0) + outcome.seconds, 2)  # every run of a repeated check
     record.peak_gpu_mib = max(filter(None, (record.peak_gpu_mib, outcome.peak_gpu_mib)), default=None)
     for key in ("max_diff", "tolerance", "margin", "eager_ms", "exported_ms", "speedup", "check", "check_reason",

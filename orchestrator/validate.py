@@ -52,7 +52,7 @@ SLURM = {"partition": OPTIONAL_TEXT, "gres": OPTIONAL_TEXT, "constraint": OPTION
 AXES: dict[str, dict[str, Rule]] = {
     "policies": {"checkpoint": MAPPING, "task": OPTIONAL_TEXT, "export_args": TEXTS, "timeout_min": POSITIVE,
                  "env": MAPPING, "exporter": OPTIONAL_TEXT, "slurm": MAPPING},
-    "gpus": {"label": OPTIONAL_TEXT, "exporter": TEXT, "slurm": MAPPING, "env": MAPPING},
+    "gpus": {"label": OPTIONAL_TEXT, "exporter": OPTIONAL_TEXT, "slurm": MAPPING, "env": MAPPING},
     "builds": {"python": OPTIONAL_TEXT, "fixes": TEXTS, "env": MAPPING, "pip": TEXTS, "patches": TEXTS,
                "python_version": OPTIONAL_TEXT, "index_url": OPTIONAL_TEXT, "lerobot": OPTIONAL_TEXT,
                "transformers": OPTIONAL_TEXT},
