@@ -171,7 +171,7 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
                 else ""
             handle.write(f"[export-matrix] {again}{json.dumps(record.command)}\n")
         outcome = run_logged(record.command, log, env, timeout_s, cwd=cell_dir)
-        found = _record_export(record, spec, outcome, log, offset)
+        _record_export(record, spec, outcome, log, offset)
         if not _checked(record, outcome):
             break
         diffs.append(record.max_diff)
@@ -179,10 +179,10 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
         if not (low <= diffs[0] / record.tolerance <= high) or len(diffs) >= int(spec.repeat["runs"]):
             break  # far from the limit: one run; near it: `runs` in all
     if len(diffs) > 1:
-        _summarize_runs(record, diffs, found)
+        _summarize_runs(record, diffs)
 
 
-def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offset: int) -> dict[str, Any]:
+def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offset: int) -> None:
     """The record's fields from one export run: its part of the log, its exit, its check."""
     data = log.read_bytes()
     text = data.decode(errors="replace")
@@ -206,7 +206,6 @@ def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offs
         record.status = "oom" if found.get("oom") else "failed"
         record.failed_step = found.get("failed_step") or ("check" if found.get("test_case") == "failed" else "export")
         record.error = found.get("error") or f"the exporter exited with status {outcome.returncode}"
-    return found
 
 
 def _checked(record: Record, outcome: Any) -> bool:
@@ -216,7 +215,7 @@ def _checked(record: Record, outcome: Any) -> bool:
         and bool(record.tolerance)
 
 
-def _summarize_runs(record: Record, diffs: list[float], found: dict[str, Any]) -> None:
+def _summarize_runs(record: Record, diffs: list[float]) -> None:
     """A check repeated near its limit: every run's difference, and the verdict of their median."""
     median = statistics.median(diffs)
     record.check_runs = diffs

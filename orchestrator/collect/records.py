@@ -23,8 +23,10 @@ REPRO_EXPORTER = "repro"  # conf/exporter/repro.yaml: cells that run a standalon
 # The columns a cell keeps, in order; the record fields of the same name, plus what is derived from them.
 COLUMNS = ("id", "policy", "gpu", "torch", "exporter", "status", "attempt", "failed_step", "error", "max_diff",
            "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms", "fixes", "versions",
-           "log", "log_tail", "ended_at", "check", "repro_row", "reproduced", "repro_summary", "runs")
-NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms")
+           "log", "log_tail", "ended_at", "check", "repro_row", "reproduced", "repro_summary", "runs_low",
+           "runs_high")
+NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms", "runs_low",
+           "runs_high")
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
 
 
@@ -94,7 +96,7 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
         " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes), _versions(get("versions")),
         f"cells/{policy}/{gpu}/{torch}/{log}" if log else None, get("log_tail"), get("ended_at"), get("check"),
         None if repro.get("row") is None else str(repro["row"]), repro.get("reproduced"), repro.get("summary"),
-        _runs(get("check_runs"), get("tolerance")),
+        *_runs(get("check_runs"), get("tolerance")),
     )
 
 
@@ -107,11 +109,11 @@ def _log(logs: Any, failed_step: Any) -> str | None:
     return logs.get("export") or next(iter(logs.values()), None)
 
 
-def _runs(diffs: Any, tolerance: Any) -> str | None:
-    """The margins of a check repeated near its limit, lowest to highest: "0.63–1.27"."""
+def _runs(diffs: Any, tolerance: Any) -> tuple[float | None, float | None]:
+    """The lowest and highest margin of a check repeated near its limit; (None, None) for a single run."""
     if not isinstance(diffs, list) or len(diffs) < 2 or not isinstance(tolerance, int | float) or not tolerance:
-        return None
-    return f"{min(diffs) / tolerance:.2f}–{max(diffs) / tolerance:.2f}"
+        return None, None
+    return min(diffs) / tolerance, max(diffs) / tolerance
 
 
 def _policy_row(policy: str) -> str:

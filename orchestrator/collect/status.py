@@ -57,9 +57,13 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     df["failing"] = ~(df["passed"] | df["unfinished"] | df["unreadable"])
     ratio = (df["max_diff"] / df["tolerance"]).where(df["tolerance"] > 0)
     df["margin"] = df["margin"].fillna(ratio)
-    runs = df["runs"].fillna("").astype(str).str.split("–")
-    repeated_straddle = runs.map(lambda r: len(r) == 2 and float(r[0]) <= 1 < float(r[1]))
-    df["straddle"] = df["id"].isin(_straddling(df, history)) | repeated_straddle.astype(bool)
+    repeated = df["runs_low"].notna()
+    df["runs"] = None  # "0.63–1.27": the margins of a check repeated near its limit, lowest to highest
+    if repeated.any():
+        df.loc[repeated, "runs"] = [f"{low:.2f}–{high:.2f}" for low, high in
+                                    zip(df.loc[repeated, "runs_low"], df.loc[repeated, "runs_high"], strict=True)]
+    repeated_straddle = (df["runs_low"] <= 1) & (df["runs_high"] > 1)
+    df["straddle"] = df["id"].isin(_straddling(df, history)) | repeated_straddle
     df["at_limit"] = (df["margin"] >= settings.at_limit) | df["straddle"]
     df["slow"] = df["speedup"] < settings.slow_below
 
