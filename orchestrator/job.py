@@ -57,9 +57,10 @@ def export_command(spec: CellSpec, ckpt: str, out: Path) -> list[str]:
     return command + list(spec.export_args)
 
 
-def probe_versions(spec: CellSpec, env: dict[str, str]) -> dict[str, Any]:
+def probe_versions(spec: CellSpec, env: dict[str, str], cuda: bool | None = None) -> dict[str, Any]:
     """The build's versions and NVML's GPU; with `cuda` (what torch sees) where the exporter needs a GPU."""
-    command = [spec.python, str(PROBE), *(["--cuda"] if spec.requires_cuda else [])]
+    cuda = spec.requires_cuda if cuda is None else cuda
+    command = [spec.python, str(PROBE), *(["--cuda"] if cuda else [])]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"{spec.python} could not report its versions: {done.stderr.strip()[-300:]}")
@@ -157,6 +158,8 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
             record.make_random_s = round(exc.seconds, 2)
             return
         record.make_random_s = round(built.seconds, 2) if built.built else 0.0
+        if not built.built:  # held by another job building it (a GPU held idle, unless a CPU job built it first)
+            record.checkpoint_wait_s = round(built.seconds, 2)
         ckpt = str(built.path)
     record.checkpoint = ckpt
     bundle = cell_dir / BUNDLE_DIR

@@ -46,6 +46,7 @@ class Record:
     tolerance: float | None = None
     margin: float | None = None
     make_random_s: float | None = None
+    checkpoint_wait_s: float | None = None  # seconds waiting for (and finding) a checkpoint another job built
     export_s: float | None = None
     eager_ms: float | None = None
     exported_ms: float | None = None

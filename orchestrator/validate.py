@@ -64,8 +64,9 @@ LAUNCHERS: dict[str, dict[str, Rule]] = {
               "poll_s": POSITIVE},
     "slurm": {"name": TEXT, "array_parallelism": (lambda v: _count(v) and v >= 1, "an integer at least 1"),
               "time_min": POSITIVE, "signal_delay_s": COUNT, "max_requeues": COUNT, "poll_s": POSITIVE,
-              "sbatch": MAPPING, "setup": TEXTS, "python": OPTIONAL_TEXT},
+              "sbatch": MAPPING, "setup": TEXTS, "python": OPTIONAL_TEXT, "prepare": MAPPING},
 }
+PREPARE = {k: SLURM[k] for k in ("partition", "constraint", "cpus_per_task", "mem_gb", "time_min")}
 
 
 def check(key: str, value: Any, rule: Rule) -> None:
@@ -93,3 +94,7 @@ def validate(cfg: dict[str, Any]) -> None:
         if key not in rules:
             raise ConfigError(f"unknown key launcher.{key} (valid: {', '.join(sorted(rules))})")
         check(f"launcher.{key}", value, rules[key])
+    for key, value in (launcher.get("prepare") or {}).items():
+        if key not in PREPARE:
+            raise ConfigError(f"unknown key launcher.prepare.{key} (valid: {', '.join(PREPARE)})")
+        check(f"launcher.prepare.{key}", value, PREPARE[key])

@@ -29,7 +29,9 @@ def small_jobs(*gpus: str) -> list[str]:
     return [f"gpus.{g}.slurm.{k}={v}" for g in gpus for k, v in (("cpus_per_task", 1), ("mem_gb", 3))]
 
 
-SLURM = ["launcher=slurm", "launcher.poll_s=1", *small_jobs("h100", "a100")]
+# The make_random preparation array has its own test (test_make_random_runs_off_the_gpu); here each GPU job
+# builds its checkpoint itself, so every sbatch call is one GPU array.
+SLURM = ["launcher=slurm", "launcher.poll_s=1", "launcher.prepare=null", *small_jobs("h100", "a100")]
 COMPARED = ("status", "failed_step", "error", "max_diff", "tolerance", "checkpoint", "fixes")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="scripts/slurm-local starts system daemons and needs root")
@@ -101,7 +103,7 @@ def local_tracking(standin_conf: Path, ckpt_dir: Path, tmp_path_factory: pytest.
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "sweep", "--config-dir", str(standin_conf),
                              "matrix=tracking", f"matrix.policies=[{','.join(SEEDED)}]", f"out_dir={out}",
                              f"ckpt_dir={ckpt_dir}", "launcher.parallel=2", "launcher.poll_s=0.2", *ACT_CKPT,
-                             *SLURM[2:]],  # the same gpu configs as on Slurm: the same fingerprints
+                             *SLURM[3:]],  # the same gpu configs as on Slurm: the same fingerprints
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
@@ -205,7 +207,7 @@ def test_faults_end_with_the_right_records(standin_conf: Path, ckpt_dir: Path, s
     def sweep(policy: str, gpu: str, *extra: str, conf: Path = standin_conf) -> subprocess.CompletedProcess:
         return xm(sbatch_log, "sweep", "--config-dir", str(conf), "matrix=tracking", f"matrix.policies=[{policy}]",
                   f"matrix.gpus=[{gpu}]", "matrix.torch=[stock]", f"out_dir={out}", f"ckpt_dir={ckpt_dir}",
-                  *(act_checkpoints("act") if policy == "act" else []), *SLURM[:2], *small_jobs(gpu), *extra)
+                  *(act_checkpoints("act") if policy == "act" else []), *SLURM[:3], *small_jobs(gpu), *extra)
 
     def hang(policy: str) -> str:
         return f"+policies.{policy}.env.STANDIN_SCENARIO=hang"
@@ -303,3 +305,41 @@ def test_slurm_and_local_give_the_same_records_and_matrix(slurm_tracking: dict, 
         tables[out] = {name: (out / name).read_text().replace(str(out), "DIR")
                        for name in ("matrix.md", "matrix.csv")}
     assert tables[slurm_out] == tables[local_out]
+
+
+def sacct_fields(job_id: str, fields: str) -> list[list[str]]:
+    done = subprocess.run(["sacct", "-X", "-n", "-P", "-o", fields, "-j", job_id], capture_output=True, text=True)
+    return [line.split("|") for line in done.stdout.splitlines() if line]
+
+
+def test_make_random_runs_off_the_gpu(standin_conf: Path, sbatch_log: Path, tmp_path: Path) -> None:
+    """launcher.prepare: one CPU array builds act's random checkpoint before the GPU arrays start (they find it
+    built, waiting 0 s on it); a make_random that fails fails its cell without its GPU job ever starting."""
+    out, ckpts = tmp_path / "out", tmp_path / "ckpts"  # an empty cache: the checkpoint must be built
+    done = xm(sbatch_log, "sweep", "--config-dir", str(standin_conf), "matrix=tracking", "matrix.policies=[act,wall_x]",
+              "matrix.torch=[stock]", f"out_dir={out}", f"ckpt_dir={ckpts}", *act_checkpoints("act"),
+              "~policies.wall_x.checkpoint", "+policies.wall_x.checkpoint={random:{type:no_such_policy}}",
+              "launcher=slurm", "launcher.poll_s=1", "launcher.prepare.cpus_per_task=1", "launcher.prepare.mem_gb=3",
+              *small_jobs("h100", "a100"), "--wait", check=False, timeout=400)
+    assert "make_random array" in done.stderr, done.stderr[-3000:]
+    (sweep,) = manifest(out)["sweeps"].values()
+    prep = sweep["prepare"]["job_id"]
+    assert sweep["prepare"]["checkpoints"] == 2  # act's and the broken one, once each
+    assert {state for state, in sacct_fields(prep, "State")} == {"COMPLETED"}
+    prep_end = max(end for end, in sacct_fields(prep, "End"))
+    for gpu in ("h100", "a100"):
+        cell = f"act/{gpu}/stock"
+        found = record(out, cell)
+        assert found["status"] == "passed", found
+        assert found["make_random_s"] == 0 and found["checkpoint_wait_s"] < 5, found  # built on the CPU before
+        assert "reusing the random checkpoint" in (out / "cells" / cell / "make_random.log").read_text()
+        (start,) = sacct_fields(manifest(out)["cells"][cell]["job_id"], "Start")[0]
+        assert start >= prep_end, (start, prep_end)  # the GPU job started once the preparation had ended
+        broken = record(out, f"wall_x/{gpu}/stock")
+        assert (broken["status"], broken["failed_step"]) == ("failed", "make_random"), broken
+        assert "no_such_policy" in (broken["error"] or "") + (broken["log_tail"] or ""), broken
+        assert broken["job_id"].startswith(f"{prep}_")
+        job = manifest(out)["cells"][f"wall_x/{gpu}/stock"]["job_id"]
+        ((state, elapsed),) = sacct_fields(job, "State,Elapsed")
+        assert state.startswith("CANCELLED") and elapsed == "00:00:00", (state, elapsed)  # never started
+    assert len(list(ckpts.glob("act-*"))) == 1

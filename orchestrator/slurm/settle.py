@@ -66,6 +66,8 @@ def settle(record: Record, entry: dict[str, Any], job: JobState) -> Record:
         new.error = f"the job ran out of its {entry.get('signature', {}).get('mem_gb')} GB of memory ({slurm})"
         new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
     elif state == "CANCELLED":
+        if not unfinished and record.job_id and record.job_id != entry["job_id"]:
+            return new  # finished by another job: the make_random preparation failed and cancelled this one
         started = record.status != "pending" and record.started_at
         new.status = "cancelled"
         new.error = f"the job was cancelled{'' if started else ' before it started'} ({slurm})"

@@ -25,6 +25,7 @@ from .cell_job import CellJob
 from .follow import CellState, poll
 from .limits import chunks, cluster_limits
 from .manifest import manifest_path, merge_manifest
+from .prepare_job import CheckpointTask, PrepareCheckpoint, checkpoint_tasks
 
 SUBMITIT_DIR = "submitit"
 
@@ -41,6 +42,7 @@ class SlurmSettings:
     sbatch: dict[str, Any] = field(default_factory=dict)
     setup: list[str] = field(default_factory=list)
     python: str | None = None
+    prepare: dict[str, Any] | None = None  # the CPU array that builds random checkpoints first (None: off)
 
     @classmethod
     def from_config(cls, launcher: Any) -> SlurmSettings:
@@ -48,7 +50,8 @@ class SlurmSettings:
 
         plain = to_plain(launcher)
         known = {k: plain[k] for k in cls.__dataclass_fields__ if plain.get(k) is not None}
-        return cls(**{**known, "sbatch": dict(known.get("sbatch") or {}), "setup": list(known.get("setup") or [])})
+        return cls(**{**known, "sbatch": dict(known.get("sbatch") or {}), "setup": list(known.get("setup") or []),
+                      "prepare": dict(known["prepare"]) if known.get("prepare") is not None else None})
 
 
 def resources(spec: CellSpec, settings: SlurmSettings) -> dict[str, Any]:
@@ -115,30 +118,80 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
     arrays: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
     sweep = {"what": what, "submitted_at": now(), "launcher": "slurm", "poll_s": settings.poll_s}
-    for key, group in batches:
-        res = signatures[key]
-        attempts = {spec.id: prepare(spec, local=False) for spec in group}
-        try:
-            jobs = _submit_array(out_dir, settings, res, group, attempts)
-        except Exception as exc:  # sbatch refused the array (bad partition, account, resources)
-            reason = (str(exc).strip().splitlines() or [repr(exc)])[-1]
-            console.print(f"[bold red]sbatch refused[/] {len(group)} cells {escape(f'({_describe(res)}): {reason}')}")
-            refused += [refuse(spec, attempts[spec.id], "submit", f"sbatch refused the job array: {reason}")
-                        for spec in group]
-            continue
-        array_id = str(jobs[0].job_id).split("_")[0]
-        submitted_at = now()
-        cells = {spec.id: {"job_id": str(job.job_id), "array": array_id, "sweep": sweep_id,
-                           "attempt": attempts[spec.id], "fingerprint": spec.fingerprint.get("key"),
-                           "configs": spec.configs, "signature": res, "time_min": res["time_min"],
-                           "submitted_at": submitted_at, "out_dir": spec.out_dir, "exporter": spec.exporter,
-                           "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
-                 for spec, job in zip(group, jobs, strict=True)}
-        array = {"job_id": array_id, "cells": len(group), "signature": res}
-        arrays.append(array)
-        merge_manifest(out_dir, sweep_id, {**sweep, "arrays": [array]}, cells)
-        console.print(f"[green]submitted[/] job array {array_id}: {len(group)} cells, {escape(_describe(res))}")
+    preparing = _submit_prepare(out_dir, settings, checkpoint_tasks(specs), console) if specs else None
+    if preparing:
+        sweep["prepare"] = preparing
+    try:
+        for key, group in batches:
+            _submit_batch(out_dir, settings, signatures[key], group, sweep_id, sweep, preparing, arrays, refused,
+                          console)
+    finally:  # held until every GPU array is in the manifest, where a failed make_random finds its cells' jobs
+        if preparing:
+            subprocess.run(["scontrol", "release", preparing["job_id"]], capture_output=True, text=True, timeout=120)
     return Submitted(sweep_id, arrays, skipped, refused)
+
+
+def _submit_batch(out_dir: Path, settings: SlurmSettings, res: dict[str, Any], group: list[CellSpec], sweep_id: str,
+                  sweep: dict[str, Any], preparing: dict[str, Any] | None, arrays: list[dict[str, Any]],
+                  refused: list[dict[str, Any]], console: Console) -> None:
+    """One GPU job array: its cells' pending records, sbatch, the manifest; or their records if sbatch says no."""
+    attempts = {spec.id: prepare(spec, local=False) for spec in group}
+    after = {"dependency": f"afterany:{preparing['job_id']}"} if preparing else {}
+    try:
+        jobs = _submit_array(out_dir, settings, res, group, attempts, after)
+    except Exception as exc:  # sbatch refused the array (bad partition, account, resources)
+        reason = (str(exc).strip().splitlines() or [repr(exc)])[-1]
+        console.print(f"[bold red]sbatch refused[/] {len(group)} cells {escape(f'({_describe(res)}): {reason}')}")
+        refused += [refuse(spec, attempts[spec.id], "submit", f"sbatch refused the job array: {reason}")
+                    for spec in group]
+        return
+    array_id = str(jobs[0].job_id).split("_")[0]
+    submitted_at = now()
+    cells = {spec.id: {"job_id": str(job.job_id), "array": array_id, "sweep": sweep_id,
+                       "attempt": attempts[spec.id], "fingerprint": spec.fingerprint.get("key"),
+                       "configs": spec.configs, "signature": res, "time_min": res["time_min"],
+                       "submitted_at": submitted_at, "out_dir": spec.out_dir, "exporter": spec.exporter,
+                       "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
+             for spec, job in zip(group, jobs, strict=True)}
+    array = {"job_id": array_id, "cells": len(group), "signature": res}
+    arrays.append(array)
+    merge_manifest(out_dir, sweep_id, {**sweep, "arrays": [array]}, cells)
+    console.print(f"[green]submitted[/] job array {array_id}: {len(group)} cells, {escape(_describe(res))}"
+                  + (f", after {preparing['job_id']}" if preparing else ""))
+
+
+def _submit_prepare(out_dir: Path, settings: SlurmSettings, tasks: list[CheckpointTask],
+                    console: Console) -> dict[str, Any] | None:
+    """The preparation array (held until the GPU arrays are in), or None: off, nothing to build, or refused
+    (then each GPU job builds its own checkpoint, as without it)."""
+    if settings.prepare is None or not tasks:
+        return None
+    conf = settings.prepare
+    time_min = int(conf.get("time_min") or max(t.timeout_min for t in tasks) + 5)
+    executor = _executor(out_dir, settings)
+    params: dict[str, Any] = {
+        "name": "export-matrix-prepare", "timeout_min": time_min, "cpus_per_task": int(conf.get("cpus_per_task") or 1),
+        "slurm_partition": conf.get("partition"), "slurm_constraint": conf.get("constraint"),
+        "slurm_array_parallelism": settings.array_parallelism,
+        "slurm_additional_parameters": {**settings.sbatch, "hold": True}, "slurm_setup": list(settings.setup) or None,
+    }
+    if conf.get("mem_gb"):
+        params["mem_gb"] = float(conf["mem_gb"])
+    executor.update_parameters(**params)
+    try:
+        with executor.batch():
+            jobs = [executor.submit(PrepareCheckpoint(task, str(out_dir))) for task in tasks]
+    except Exception as exc:  # sbatch refused it: the GPU jobs build their checkpoints themselves
+        reason = (str(exc).strip().splitlines() or [repr(exc)])[-1]
+        console.print(f"[yellow]the make_random preparation array was refused ({escape(reason)}); each GPU job "
+                      "builds its own random checkpoint[/]")
+        return None
+    array_id = str(jobs[0].job_id).split("_")[0]
+    res = {"partition": conf.get("partition"), "gres": None, "constraint": conf.get("constraint"),
+           "cpus_per_task": params["cpus_per_task"], "mem_gb": conf.get("mem_gb"), "time_min": time_min}
+    console.print(f"[green]submitted[/] make_random array {array_id}: {len(tasks)} random checkpoints, "
+                  f"{escape(_describe(res))}")
+    return {"job_id": array_id, "checkpoints": len(tasks), "time_min": time_min}
 
 
 def _describe(res: dict[str, Any]) -> str:
@@ -155,7 +208,7 @@ def _describe(res: dict[str, Any]) -> str:
 
 
 def _submit_array(out_dir: Path, settings: SlurmSettings, res: dict[str, Any], group: list[CellSpec],
-                  attempts: dict[str, int]) -> list[submitit.Job]:
+                  attempts: dict[str, int], after: dict[str, str]) -> list[submitit.Job]:
     executor = _executor(out_dir, settings)  # a fresh one per array: parameters left unset stay unset
     params: dict[str, Any] = {
         "name": f"export-matrix-{res['partition'] or 'default'}", "timeout_min": res["time_min"],
@@ -163,7 +216,7 @@ def _submit_array(out_dir: Path, settings: SlurmSettings, res: dict[str, Any], g
         "slurm_constraint": res["constraint"], "slurm_array_parallelism": settings.array_parallelism,
         "slurm_signal_delay_s": settings.signal_delay_s,
         # --requeue: Slurm may run a job again after a node failure or a preemption (CellJob counts the runs)
-        "slurm_additional_parameters": {"requeue": True, **settings.sbatch},
+        "slurm_additional_parameters": {"requeue": True, **settings.sbatch, **after},
         "slurm_setup": list(settings.setup) or None,
     }
     if res["mem_gb"]:
