@@ -196,9 +196,9 @@ def env_fingerprint(python: str) -> dict[str, Any]:
     marker = Path(python).parent.parent / FINGERPRINT
     if marker.exists():
         return json.loads(marker.read_text())
-    script = ("import importlib.metadata as m, json, platform; print(json.dumps({'python_version': "
+    script = ("import importlib.metadata as m, json, os, platform, sys; print(json.dumps({'python_version': "
               "platform.python_version(), 'freeze': sorted(f\"{d.metadata['Name']}=={d.version}\" "
-              "for d in m.distributions())}))")
+              "for d in m.distributions()), 'site': [p for p in sys.path if p and os.path.isdir(p)]}))")
     try:
         done = subprocess.run([python, "-c", script], capture_output=True, text=True)
     except OSError:

@@ -65,9 +65,12 @@ def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overri
         chosen += [c for c in hits if c not in chosen]
     if failed:
         chosen += [c for c, r in records.items() if r["status"] not in ("passed", *UNFINISHED) and c not in chosen]
-    specs = current_specs(sorted(set(chosen) | (set(records) if stale else set())), overrides, config_dir)
     if stale:
-        chosen += [c for c, r in records.items() if c not in chosen and is_stale(r, specs[c])]
+        from .fingerprint_cache import current_keys
+
+        keys = current_keys(out_dir, sorted(records), overrides, config_dir)
+        chosen += [c for c, r in records.items() if c not in chosen and c in keys and is_stale(r, keys[c])]
+    specs = current_specs(chosen, overrides, config_dir)
     missing = [c for c in chosen if c not in specs]
     if missing:
         raise ConfigError(f"cell {missing[0]!r} is not in the configured matrix (policy/gpu/torch names exist, but "
@@ -75,5 +78,6 @@ def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overri
     return [specs[c] for c in chosen]
 
 
-def is_stale(record: dict[str, Any], spec: CellSpec) -> bool:
-    return (record.get("fingerprint") or {}).get("key") != spec.fingerprint.get("key")
+def is_stale(record: dict[str, Any], key: str) -> bool:
+    """The record was made from other configs or another environment than the current config gives the cell."""
+    return (record.get("fingerprint") or {}).get("key") != key

@@ -2,7 +2,8 @@
 
 Where a Slurm sweep left `DIR/manifest.json`, every job in it is asked about in one `sacct` call; jobs that ended
 without finishing their record get one from Slurm's state and their log (orchestrator/slurm/), and cells whose
-job is still pending or running show that.
+job is still pending or running show that. Stale marks come from fingerprint keys cached by their inputs
+(fingerprint_cache.py), and the table is plain aligned text: a rich Table takes seconds for thousands of rows.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from .config import selected, split_selection
+from .fingerprint_cache import current_keys
 from .launch import STATUS_STYLE
-from .selection import current_specs, is_stale, recorded
+from .selection import is_stale, recorded
 
 SHOWN_STYLE = {**STATUS_STYLE, "pending": "dim", "running": "cyan", "requeued": "cyan", "suspended": "dim"}
 
@@ -45,26 +47,39 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None) ->
     if not cells:
         errors.print(escape(f"no records under {out_dir}/cells/"))
         return 0
-    specs = current_specs(sorted(records), [o for o in overrides if not o.startswith("matrix")], config_dir)
+    keys = current_keys(out_dir, sorted(records), [o for o in overrides if not o.startswith("matrix")], config_dir)
     shown: Counter[str] = Counter()
-    table = Table(title=f"{len(cells)} cells under {out_dir}")
-    columns = ("cell", "status", "attempt", "step", "max_diff / tol", *(("job", "slurm") if jobs else ()), "stale")
-    for column in columns:
-        table.add_column(column)
+    columns = ["cell", "status", "attempt", "step", "max_diff / tol", *(("job", "slurm") if jobs else ()), "stale"]
+    rows: list[list[str]] = []
     for cell_id in cells:
         record, job = records.get(cell_id) or {}, jobs.get(cell_id)
         status = job.shown if job else record.get("status", "missing")
         shown[status] += 1
         diff = f"{record['max_diff']:.2e} / {record['tolerance']:g}" if record.get("max_diff") is not None else ""
-        stale = "stale" if cell_id in specs and record and is_stale(record, specs[cell_id]) else ""
-        slurm = ()
+        stale = "stale" if cell_id in keys and record and is_stale(record, keys[cell_id]) else ""
+        slurm: tuple[str, ...] = ()
         if jobs:
             state = job.job.state if job and job.job else ("SUBMITTED" if job and job.active else "")
             slurm = ((job.entry or {}).get("job_id", "") if job else "", state)
-        table.add_row(escape(cell_id), f"[{SHOWN_STYLE.get(status, 'white')}]{escape(status)}[/]",
-                      str(record.get("attempt", "")), escape(record.get("failed_step") or ""), diff,
-                      *(escape(str(s)) for s in slurm), f"[yellow]{stale}[/]")
-    table.caption = "  ".join(f"{n} {s}" for s, n in sorted(shown.items()))
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+        rows.append([cell_id, status, str(record.get("attempt", "")), record.get("failed_step") or "", diff,
+                     *(str(s) for s in slurm), stale])
+    caption = "  ".join(f"{n} {s}" for s, n in sorted(shown.items()))
+    Console(width=None if sys.stdout.isatty() else 200).print(
+        aligned(f"{len(cells)} cells under {out_dir}", columns, rows, caption), soft_wrap=True)
     return 0
 
+
+def aligned(title: str, columns: list[str], rows: list[list[str]], caption: str) -> Text:
+    """Columns padded to their widest value; the status styled, stale marks in yellow."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    text = Text(title + "\n", style="italic")
+    text.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n", style="bold")
+    for row in rows:
+        for i, (value, width) in enumerate(zip(row, widths, strict=True)):
+            style = SHOWN_STYLE.get(value, "white") if i == 1 else ("yellow" if columns[i] == "stale" else None)
+            text.append(value.ljust(width) if i < len(row) - 1 else value, style=style)
+            if i < len(row) - 1:
+                text.append("  ")
+        text.append("\n")
+    text.append(caption, style="dim")
+    return text

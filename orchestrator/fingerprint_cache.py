@@ -1,0 +1,140 @@
+"""Cells' current fingerprint keys without composing every policy through Hydra when nothing changed.
+
+`status` and `rerun --stale` compare each record's fingerprint key with the one the config gives now; composing
+250 policies for that takes seconds. A cell's key is a function of its inputs: the bytes of the config files
+(the cell's own policy, gpu and torch files and every file outside those groups: config.yaml, exporters, patches,
+matrices), the overrides, this interpreter, and, for a build that is an installed interpreter, the state of its
+site-packages directories. DIR/.fingerprints.json keeps, per cell, a digest of those inputs and the key they gave;
+a cell whose inputs digest is unchanged keeps its key, and only the others are composed again. Configs that
+interpolate (`${...}`) may depend on anything, so they always take the full path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import PACKAGE_CONF
+from .record import write_json_atomic
+
+CACHE_NAME = ".fingerprints.json"
+CELL_GROUPS = {"policy": 0, "gpu": 1, "torch": 2}  # the groups a cell names one file of, by cell id part
+VERSION = 1
+# Top-level keys whose overrides never reach a fingerprint (it hashes the policy, gpu, torch and exporter configs).
+NOT_FINGERPRINTED = frozenset({"launcher", "out_dir", "ckpt_dir", "matrix", "collect", "repeat", "parse", "hydra"})
+
+
+class ConfigFiles:
+    """The config dirs' YAML files, the first dir's copy winning (as in Hydra's search path), and the patches
+    that torch builds' recipes name (found as recipe_of finds them)."""
+
+    def __init__(self, config_dir: Path | None) -> None:
+        self.dirs = [PACKAGE_CONF] if config_dir is None else [Path(config_dir).resolve(), PACKAGE_CONF]
+        self.files: dict[str, bytes] = {}
+        for directory in reversed(self.dirs):
+            for path in directory.rglob("*.yaml"):
+                self.files[str(path.relative_to(directory))] = path.read_bytes()
+        self.interpolates = any(b"${" in data for data in self.files.values())
+        shared = sorted((name, data) for name, data in self.files.items() if name.split(os.sep)[0] not in CELL_GROUPS)
+        self.shared = _digest([sys.executable, *(f"{name}:{_digest([data])}" for name, data in shared)])
+        self._builds: dict[str, str] = {}
+
+    def cell_part(self, cell_id: str, overrides: list[str]) -> str:
+        names = cell_id.split("/")
+        own = [self.files.get(os.path.join(group, f"{names[i]}.yaml"), b"") for group, i in CELL_GROUPS.items()]
+        return _digest([self.shared, json.dumps(overrides), *(_digest([data]) for data in own),
+                        self._patches(names[2], own[2])])
+
+    def _patches(self, build: str, text: bytes) -> str:
+        if build not in self._builds:
+            from .envs import _find_patch
+
+            try:
+                patches = (yaml.safe_load(text) or {}).get("patches") or []
+            except (yaml.YAMLError, AttributeError):
+                patches = []
+            found = [_find_patch(build, str(p), self.dirs) for p in patches if isinstance(p, str)]
+            self._builds[build] = _digest([p.read_bytes() if p.is_file() else b"missing" for p in found])
+        return self._builds[build]
+
+
+def _digest(parts: list[str | bytes]) -> str:
+    sha = hashlib.sha256()
+    for part in parts:
+        sha.update(part if isinstance(part, bytes) else part.encode())
+        sha.update(b"\0")
+    return sha.hexdigest()
+
+
+def site_stamp(dirs: list[str]) -> list[list[Any]]:
+    """Installing or removing a distribution changes its site-packages directory's mtime."""
+    stamp: list[list[Any]] = []
+    for directory in dirs:
+        try:
+            stamp.append([directory, os.stat(directory).st_mtime_ns])
+        except OSError:
+            stamp.append([directory, None])
+    return stamp
+
+
+def _inputs(part: str, entry: dict[str, Any], pythons: dict[str, Any]) -> str:
+    site = pythons.get(entry.get("python") or "", {}).get("site") or []
+    return _digest([part, json.dumps(site_stamp(site))])
+
+
+def read_cache(out_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((Path(out_dir) / CACHE_NAME).read_text())
+    except (OSError, ValueError):
+        return {"version": VERSION, "cells": {}, "pythons": {}}
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return {"version": VERSION, "cells": {}, "pythons": {}}
+    return data
+
+
+def current_keys(out_dir: Path, cell_ids: list[str], overrides: list[str],
+                 config_dir: Path | None) -> dict[str, str]:
+    """Each cell's fingerprint key as the config gives it now (cells the config does not have are left out)."""
+    from .selection import current_specs
+
+    files = ConfigFiles(config_dir)
+    if files.interpolates:
+        return {c: s.fingerprint["key"] for c, s in current_specs(cell_ids, overrides, config_dir).items()}
+    cache = read_cache(out_dir)
+    relevant = [o for o in overrides if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] not in NOT_FINGERPRINTED]
+    parts = {c: files.cell_part(c, relevant) for c in cell_ids}
+    keys: dict[str, str] = {}
+    missed: list[str] = []
+    for cell_id, part in parts.items():
+        entry = cache["cells"].get(cell_id)
+        if entry and entry.get("inputs") == _inputs(part, entry, cache["pythons"]):
+            keys[cell_id] = entry["key"]
+        else:
+            missed.append(cell_id)
+    if not missed:
+        return keys
+    specs = current_specs(missed, overrides, config_dir)
+    for cell_id, spec in specs.items():
+        keys[cell_id] = spec.fingerprint["key"]
+        python = "" if spec.recipe is not None else spec.python  # a recipe's key does not read its env
+        if python and python not in cache["pythons"]:
+            cache["pythons"][python] = {"site": _site_dirs(python)}
+        entry = {"python": python, "key": spec.fingerprint["key"]}
+        cache["cells"][cell_id] = {**entry, "inputs": _inputs(parts[cell_id], entry, cache["pythons"])}
+    try:
+        write_json_atomic(Path(out_dir) / CACHE_NAME, cache)
+    except OSError:
+        pass  # a cache that cannot be written costs time, not correctness
+    return keys
+
+
+def _site_dirs(python: str) -> list[str]:
+    from .envs import env_fingerprint
+
+    return list(env_fingerprint(python).get("site") or [])
