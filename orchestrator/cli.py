@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .config import ConfigError, compose_config, number
+from .fingerprint_cache import remember
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -100,6 +101,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     composed = compose_config(args.overrides, args.config_dir)
     specs = resolve(composed, with_fingerprints=True)
+    remember(Path(composed.cfg.out_dir), specs, args.overrides, args.config_dir)
     return _launch(specs, composed, f"matrix {composed.choices.get('matrix')}", args.wait, args.force)
 
 
@@ -113,6 +115,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if not specs:
         Console(stderr=True).print("nothing to rerun")
         return 0
+    remember(Path(composed.cfg.out_dir), specs, args.overrides, args.config_dir)
     return _launch(specs, composed, "rerun", args.wait, args.force)
 
 

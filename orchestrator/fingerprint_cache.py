@@ -20,8 +20,9 @@ from typing import Any
 
 import yaml
 
-from .config import PACKAGE_CONF
+from .config import PACKAGE_CONF, split_selection
 from .record import write_json_atomic
+from .spec import CellSpec
 
 CACHE_NAME = ".fingerprints.json"
 CELL_GROUPS = {"policy": 0, "gpu": 1, "torch": 2}  # the groups a cell names one file of, by cell id part
@@ -83,9 +84,11 @@ def site_stamp(dirs: list[str]) -> list[list[Any]]:
     return stamp
 
 
-def _inputs(part: str, entry: dict[str, Any], pythons: dict[str, Any]) -> str:
-    site = pythons.get(entry.get("python") or "", {}).get("site") or []
-    return _digest([part, json.dumps(site_stamp(site))])
+def _inputs(part: str, entry: dict[str, Any], pythons: dict[str, Any], stamps: dict[str, str]) -> str:
+    python = entry.get("python") or ""
+    if python not in stamps:
+        stamps[python] = json.dumps(site_stamp(pythons.get(python, {}).get("site") or []))
+    return _digest([part, stamps[python]])
 
 
 def read_cache(out_dir: Path) -> dict[str, Any]:
@@ -107,31 +110,52 @@ def current_keys(out_dir: Path, cell_ids: list[str], overrides: list[str],
     if files.interpolates:
         return {c: s.fingerprint["key"] for c, s in current_specs(cell_ids, overrides, config_dir).items()}
     cache = read_cache(out_dir)
-    relevant = [o for o in overrides if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] not in NOT_FINGERPRINTED]
-    parts = {c: files.cell_part(c, relevant) for c in cell_ids}
+    parts = {c: files.cell_part(c, _relevant(overrides)) for c in cell_ids}
     keys: dict[str, str] = {}
     missed: list[str] = []
+    stamps: dict[str, str] = {}
     for cell_id, part in parts.items():
         entry = cache["cells"].get(cell_id)
-        if entry and entry.get("inputs") == _inputs(part, entry, cache["pythons"]):
+        if entry and entry.get("inputs") == _inputs(part, entry, cache["pythons"], stamps):
             keys[cell_id] = entry["key"]
         else:
             missed.append(cell_id)
     if not missed:
         return keys
     specs = current_specs(missed, overrides, config_dir)
+    keys.update({cell_id: spec.fingerprint["key"] for cell_id, spec in specs.items()})
+    _store(out_dir, cache, {c: parts[c] for c in specs}, specs)
+    return keys
+
+
+def remember(out_dir: Path, specs: list[CellSpec], overrides: list[str], config_dir: Path | None) -> None:
+    """Keep the keys a sweep just computed, so the status that follows it composes nothing."""
+    files = ConfigFiles(config_dir)
+    if files.interpolates or not specs:
+        return
+    relevant = _relevant(overrides)
+    _store(out_dir, read_cache(out_dir), {s.id: files.cell_part(s.id, relevant) for s in specs},
+           {s.id: s for s in specs})
+
+
+def _relevant(overrides: list[str]) -> list[str]:
+    """The overrides that can change a fingerprint (not `policy=` selections, matrices, launchers, paths)."""
+    overrides, _ = split_selection(overrides)
+    return [o for o in overrides if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] not in NOT_FINGERPRINTED]
+
+
+def _store(out_dir: Path, cache: dict[str, Any], parts: dict[str, str], specs: dict[str, CellSpec]) -> None:
+    stamps: dict[str, str] = {}
     for cell_id, spec in specs.items():
-        keys[cell_id] = spec.fingerprint["key"]
         python = "" if spec.recipe is not None else spec.python  # a recipe's key does not read its env
         if python and python not in cache["pythons"]:
             cache["pythons"][python] = {"site": _site_dirs(python)}
         entry = {"python": python, "key": spec.fingerprint["key"]}
-        cache["cells"][cell_id] = {**entry, "inputs": _inputs(parts[cell_id], entry, cache["pythons"])}
+        cache["cells"][cell_id] = {**entry, "inputs": _inputs(parts[cell_id], entry, cache["pythons"], stamps)}
     try:
         write_json_atomic(Path(out_dir) / CACHE_NAME, cache)
     except OSError:
         pass  # a cache that cannot be written costs time, not correctness
-    return keys
 
 
 def _site_dirs(python: str) -> list[str]:

@@ -102,3 +102,16 @@ def test_status_marks_the_edited_cells_stale(setup) -> None:
     policy = conf / "policy" / "act.yaml"
     policy.write_text(policy.read_text().replace("timeout_min: 30", "timeout_min: 45"))
     assert stale_cells() == {c for c in CELLS if c.startswith("act/")}
+
+
+def test_a_sweep_leaves_the_keys_its_status_needs(setup, monkeypatch, tmp_path: Path) -> None:
+    conf, _, _ = setup
+    specs = list(selection.current_specs(CELLS, [], conf).values())
+    out = tmp_path / "swept"
+    fingerprint_cache.remember(out, specs, ["matrix=tracking", "policy=act,diffusion", "launcher=slurm"], conf)
+
+    def no_compose(*args):
+        raise AssertionError(f"composed {args[0]}")
+
+    monkeypatch.setattr(selection, "current_specs", no_compose)
+    assert fingerprint_cache.current_keys(out, CELLS, [], conf) == {s.id: s.fingerprint["key"] for s in specs}
