@@ -22,7 +22,8 @@ from ..config import Composed, ConfigError, axis_list, compose_config, to_plain
 from . import changes as changes_md
 from . import render_html, render_md
 from .catalog import load_catalog
-from .records import REPRO_EXPORTER, load_records
+from .index import load_indexed
+from .records import REPRO_EXPORTER
 from .settings import DEFAULTS, Settings
 from .splice import splice_file
 from .status import build_matrix, cells_table, classify_cells, repro_table
@@ -91,7 +92,7 @@ def collect(out_dir: Path, settings: Settings) -> Collected:
     """Everything a collect writes, computed in memory from the records under out_dir."""
     timings = {}
     start = time.perf_counter()
-    cells, history = load_records(out_dir, settings.read_threads)
+    cells, history = load_indexed(out_dir, settings.read_threads)
     timings["read"] = time.perf_counter() - start
     return tables(cells, history, settings, timings)
 
@@ -151,7 +152,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     out_dir = Path(composed.cfg.out_dir)
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")
-    cells, history = load_records(out_dir, settings.read_threads)
+    cells, history = load_indexed(out_dir, settings.read_threads, update=not check)
     if composed.selection:  # policy=, gpu=, torch= narrow the table to those cells
         cells = cells[cells["id"].map(composed.selects).astype(bool)].reset_index(drop=True)
         if len(history):

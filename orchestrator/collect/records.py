@@ -27,6 +27,7 @@ COLUMNS = ("id", "policy", "gpu", "torch", "exporter", "status", "attempt", "fai
            "runs_high")
 NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms", "runs_low",
            "runs_high")
+TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "check", "repro_row", "repro_summary")
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
 
 
@@ -89,15 +90,23 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
     repro = get("repro")
     if not isinstance(repro, dict):
         repro = {"row": None} if get("exporter") != REPRO_EXPORTER else {"row": _policy_row(policy)}
+    reproduced = repro.get("reproduced")
     return (
-        f"{policy}/{gpu}/{torch}", policy, gpu, torch, get("exporter"), get("status") or "error",
-        get("attempt") or 1, get("failed_step"), get("error"), get("max_diff"), get("tolerance"), get("margin"),
-        get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
+        f"{policy}/{gpu}/{torch}", policy, gpu, torch, _text(get("exporter")), get("status") or "error",
+        get("attempt") or 1, _text(get("failed_step")), _text(get("error")), get("max_diff"), get("tolerance"),
+        get("margin"), get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
         " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes), _versions(get("versions")),
-        f"cells/{policy}/{gpu}/{torch}/{log}" if log else None, get("log_tail"), get("ended_at"), get("check"),
-        None if repro.get("row") is None else str(repro["row"]), repro.get("reproduced"), repro.get("summary"),
+        f"cells/{policy}/{gpu}/{torch}/{log}" if log else None, _text(get("log_tail")), _text(get("ended_at")),
+        _text(get("check")), None if repro.get("row") is None else str(repro["row"]),
+        reproduced if isinstance(reproduced, bool) else None, _text(repro.get("summary")),
         *_runs(get("check_runs"), get("tolerance")),
     )
+
+
+def _text(value: Any) -> str | None:
+    """A text field as text (a record written by hand may hold a number or a list there): one type per column,
+    as the collect index (index.py) stores them."""
+    return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
 
 
 def _log(logs: Any, failed_step: Any) -> str | None:
@@ -141,8 +150,9 @@ def _earlier_attempts(cell_dir: str, cell_id: str) -> list[tuple]:
     for attempt_dir in _dirs(os.path.join(cell_dir, ATTEMPTS_DIR)):
         data = _read(os.path.join(attempt_dir, RECORD_NAME))
         if data:
-            found.append((cell_id, data.get("attempt"), data.get("status"), data.get("max_diff"),
-                          data.get("tolerance")))
+            attempt = data.get("attempt")
+            found.append((cell_id, attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+                          _text(data.get("status")), data.get("max_diff"), data.get("tolerance")))
     return found
 
 
@@ -152,22 +162,36 @@ def load_records(out_dir: Path, workers: int = 1) -> tuple[pd.DataFrame, pd.Data
     workers > 1 reads with that many threads: worth it where reads wait on the network (NFS, Lustre); on a local,
     page-cached disk the JSON parse holds the GIL and threads only add switching (see bench/collect.py).
     """
-    paths = record_paths(out_dir)
+    rows, history = read_paths(record_paths(out_dir), workers)
+    return typed_cells(rows), typed_history(history)
+
+
+def read_paths(paths: list[str], workers: int = 1) -> tuple[list[tuple], list[tuple]]:
+    """The rows of these record.json files (and of their earlier attempts), with `workers` threads."""
     if workers <= 1 or len(paths) < 256:
-        chunks = [_read_chunk(paths)]
-    else:
-        size = -(-len(paths) // (workers * 4))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            chunks = list(pool.map(_read_chunk, [paths[i:i + size] for i in range(0, len(paths), size)]))
-    rows = [row for chunk, _ in chunks for row in chunk]
-    history = [row for _, chunk in chunks for row in chunk]
+        return _read_chunk(paths)
+    size = -(-len(paths) // (workers * 4))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        chunks = list(pool.map(_read_chunk, [paths[i:i + size] for i in range(0, len(paths), size)]))
+    return [row for chunk, _ in chunks for row in chunk], [row for _, chunk in chunks for row in chunk]
+
+
+def typed_cells(rows: list[tuple]) -> pd.DataFrame:
+    """The cells frame with each column's one type (numbers float, attempt int, names str)."""
     cells = pd.DataFrame.from_records(rows, columns=list(COLUMNS))
     for column in NUMBERS:
         cells[column] = pd.to_numeric(cells[column], errors="coerce").astype("float64")
     cells["attempt"] = pd.to_numeric(cells["attempt"], errors="coerce").fillna(1).astype("int64")
     for column in ("id", "policy", "gpu", "torch", "status", "fixes", "versions"):
         cells[column] = cells[column].astype(str)
-    past = pd.DataFrame.from_records(history, columns=list(HISTORY_COLUMNS))
+    for column in TEXTS:  # missing stays missing; one dtype however few values a column has
+        cells[column] = cells[column].astype("str")
+    cells["reproduced"] = cells["reproduced"].astype(object)
+    return cells
+
+
+def typed_history(rows: list[tuple]) -> pd.DataFrame:
+    past = pd.DataFrame.from_records(rows, columns=list(HISTORY_COLUMNS))
     for column in ("max_diff", "tolerance"):
         past[column] = pd.to_numeric(past[column], errors="coerce").astype("float64")
-    return cells, past
+    return past

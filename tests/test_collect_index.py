@@ -1,0 +1,101 @@
+"""The collect index reads only changed records and gives the frames (and tables) of a full read, after edits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.collect import records as records_module
+from orchestrator.collect.index import INDEX_DIR, load_indexed
+from orchestrator.collect.records import load_records
+from orchestrator.record import Record, start_attempt, write_record
+
+
+def put(out: Path, cell: str, **fields) -> Path:
+    policy, gpu, torch = cell.split("/")
+    cell_dir = out / "cells" / cell
+    write_record(cell_dir, Record(cell=cell, policy=policy, gpu=gpu, torch=torch,
+                                  **{"exporter": "lerobot_cuda", **fields}))
+    return cell_dir
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    for i in range(6):
+        for gpu in ("h100", "a100"):
+            put(out, f"p{i}/{gpu}/stock", status="passed", max_diff=0.01 * (i + 1), tolerance=0.075,
+                versions={"torch": "2.15.0"}, logs={"export": "export.log"})
+            put(out, f"p{i}/{gpu}/pr202785", status="failed", failed_step="save",
+                error="SerializeError: Unsupported getattr attribute function_const_func_spec0 with type TreeSpec",
+                fixes=["pytorch/pytorch#202785"])
+    put(out, "repro_x/h100/stock", exporter="repro", status="passed",
+        repro={"row": 2, "reproduced": True, "summary": "NoValidChoicesError"})
+    odd = out / "cells" / "p9" / "h100" / "stock"  # written by hand: a list where text belongs, a string attempt
+    odd.mkdir(parents=True)
+    (odd / "record.json").write_text(json.dumps({"status": "failed", "error": ["a", 1], "attempt": "2",
+                                                 "check": 5, "max_diff": "0.2", "tolerance": 0.075}))
+    return out
+
+
+def same_as_full_read(out: Path) -> None:
+    cells, history = load_indexed(out)
+    full_cells, full_history = load_records(out)
+    pd.testing.assert_frame_equal(cells, full_cells)
+    key = ["id", "attempt", "status", "max_diff", "tolerance"]
+    pd.testing.assert_frame_equal(history.sort_values(key).reset_index(drop=True),
+                                  full_history.sort_values(key).reset_index(drop=True))
+
+
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    real = records_module._read
+
+    def counting(path: str):
+        seen.append(path)
+        return real(path)
+
+    monkeypatch.setattr(records_module, "_read", counting)
+    return seen
+
+
+def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monkeypatch) -> None:
+    same_as_full_read(out)  # cold: no index yet, everything read, the index written
+    assert (out / INDEX_DIR / "cells.parquet").exists()
+    seen = reads(monkeypatch)
+    load_indexed(out)
+    assert seen == [], "an unchanged tree was read again"
+
+    put(out, "p1/h100/stock", status="failed", failed_step="check", max_diff=0.09, tolerance=0.075)  # rewritten
+    put(out, "p7/a100/stock", status="passed", max_diff=0.02, tolerance=0.075)  # a new policy
+    put(out, "p2/h100/pr202925", status="timeout", failed_step="export")  # a new build in a known gpu dir
+    seen.clear()
+    load_indexed(out)
+    assert sorted(Path(p).parent.name + "/" + Path(p).parent.parent.parent.name for p in seen) == \
+        ["pr202925/p2", "stock/p1", "stock/p7"]
+    same_as_full_read(out)
+
+    late = out / "cells" / "p3" / "a100" / "nightly"  # a cell directory that has no record yet ...
+    late.mkdir()
+    same_as_full_read(out)
+    put(out, "p3/a100/nightly", status="passed", max_diff=0.01, tolerance=0.075)  # ... then has one
+    same_as_full_read(out)
+
+    path = out / "cells" / "p4" / "a100" / "stock" / "record.json"
+    path.write_text(path.read_text()[:40])  # truncated in place: unreadable
+    shutil.rmtree(out / "cells" / "p5" / "h100")  # a gpu's cells removed
+    cell_dir = out / "cells" / "p0" / "h100" / "stock"
+    attempt = start_attempt(cell_dir)  # a rerun: attempt 1 archived, attempt 2 near the limit
+    put(out, "p0/h100/stock", status="passed", attempt=attempt, max_diff=0.07, tolerance=0.075)
+    same_as_full_read(out)
+    cells, history = load_indexed(out)
+    assert cells.set_index("id").loc["p4/a100/stock", "status"] == "unreadable"
+    assert not cells["id"].str.startswith("p5/h100/").any()
+    assert history["id"].tolist() == ["p0/h100/stock"]
+
+    (out / INDEX_DIR / "cells.parquet").write_bytes(b"not parquet")  # a broken index: a full read again
+    same_as_full_read(out)
