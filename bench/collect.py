@@ -5,9 +5,12 @@
 Writes synthetic record.json trees (the real schema, ~3 KB each like a real record with its fingerprint and log
 tail; the seed's messages, passes, slow passes, timeouts, unknown errors and running cells, seeded) under DIR
 (a temp dir by default), then times each phase of a collect: compose the config, read the records, the pandas
-tables, rendering, writing the outputs. Reading is timed with one thread (the default) and with 4. Prints a
-table and the growth factor per 10x records, and writes bench/results/collect.json. The files are freshly
-written, so they are in the page cache: a cold read from network storage will be slower.
+tables, rendering, writing the outputs. Reading is timed four ways, side by side in one run: every record.json
+parsed (one thread, and 4), and through the collect index (DIR/.collect-index) when it is built (cold), when
+nothing changed (warm), and after 1 % of the records were rewritten. `total` is a collect through the index
+after that 1 % change. Prints a table and the growth factor per 10x records, and writes
+bench/results/collect.json. The files are freshly written, so they are in the page cache: a cold read from
+network storage will be slower.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.collect import OUTPUTS, settings_from, tables, write_text_atomic  # noqa: E402
+from orchestrator.collect.index import INDEX_DIR, load_indexed  # noqa: E402
 from orchestrator.collect.records import load_records  # noqa: E402
 from orchestrator.config import compose_config  # noqa: E402
 
@@ -115,6 +119,18 @@ def generate(root: Path, count: int, seed: int = 0) -> float:
     return time.perf_counter() - start
 
 
+def rewrite(root: Path, count: int, seed: int = 1) -> int:
+    """Rewrite `count` records (renamed into place, as jobs write them), as a rerun of some cells would."""
+    rng = random.Random(seed)
+    paths = sorted(root.glob("cells/*/*/*/record.json"))
+    for path in rng.sample(paths, max(count, 1)):
+        policy, gpu, build = path.parts[-4:-1]
+        tmp = path.with_name(".record.json.tmp")
+        tmp.write_text(json.dumps(record(policy, gpu, build, rng), indent=2))
+        os.replace(tmp, path)
+    return max(count, 1)
+
+
 def bench(root: Path, count: int) -> dict:
     timings = {}
     start = time.perf_counter()
@@ -124,11 +140,23 @@ def bench(root: Path, count: int) -> dict:
     settings.build_fixes = {k: list(v) for k, v in BUILDS.items()}
     timings["compose"] = time.perf_counter() - start
     start = time.perf_counter()
-    cells, history = load_records(root, settings.read_threads)
-    timings["read"] = time.perf_counter() - start
+    full_cells, _ = load_records(root, settings.read_threads)
+    timings["read_full"] = time.perf_counter() - start
     start = time.perf_counter()
     load_records(root, workers=4)
-    timings["read_4_threads"] = time.perf_counter() - start
+    timings["read_full_4_threads"] = time.perf_counter() - start
+    shutil.rmtree(root / INDEX_DIR, ignore_errors=True)
+    start = time.perf_counter()
+    load_indexed(root)
+    timings["read_index_cold"] = time.perf_counter() - start
+    start = time.perf_counter()
+    load_indexed(root)
+    timings["read_index_warm"] = time.perf_counter() - start
+    changed = rewrite(root, count // 100)
+    start = time.perf_counter()
+    cells, history = load_indexed(root)
+    timings["read"] = time.perf_counter() - start
+    assert len(full_cells) == len(cells) and changed
     done = tables(cells, history, settings, timings)
     start = time.perf_counter()
     for name in OUTPUTS:
@@ -159,16 +187,19 @@ def main() -> int:
             result = bench(root, count)
             result["generate_s"] = round(made, 2)
             results.append(result)
-            print(f"{count:>7} records  read {result['read']:6.2f} s (4 threads {result['read_4_threads']:6.2f} s)  "
-                  f"tables {result['tables']:5.2f} s  render {result['render']:5.2f} s  write {result['write']:5.2f} s"
-                  f"  compose {result['compose']:4.2f} s  total {result['total']:6.2f} s", flush=True)
+            print(f"{count:>7} records  read: full {result['read_full']:6.2f} s (4 threads "
+                  f"{result['read_full_4_threads']:5.2f} s), index cold {result['read_index_cold']:5.2f} s, warm "
+                  f"{result['read_index_warm']:5.2f} s, 1% changed {result['read']:5.2f} s "
+                  f"(x{result['read_full'] / result['read']:.1f} faster than full)  tables {result['tables']:5.2f} s"
+                  f"  render {result['render']:5.2f} s  write {result['write']:5.2f} s  compose "
+                  f"{result['compose']:4.2f} s  total {result['total']:6.2f} s", flush=True)
             if not keep:
                 shutil.rmtree(root)
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
     growth = [{"from": a["records"], "to": b["records"], "total_x": round(b["total"] / a["total"], 2),
-               "read_x": round(b["read"] / a["read"], 2),
+               "read_x": round(b["read"] / a["read"], 2), "read_full_x": round(b["read_full"] / a["read_full"], 2),
                "tables_render_x": round((b["tables"] + b["render"]) / (a["tables"] + a["render"]), 2)}
               for a, b in zip(results, results[1:], strict=False)]
     for g in growth:
