@@ -155,17 +155,26 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def out_dir_only(overrides: list[str]) -> list[str]:
+    """The overrides with the matrix emptied (and no override of its axes): enough for out_dir, without composing
+    every policy it names."""
+    skipped = ("matrix", "policies", "gpus", "builds", "exporters")
+    kept = [o for o in overrides if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] not in skipped]
+    return [*kept, "matrix.policies=[]", "matrix.gpus=[]", "matrix.torch=[]", "matrix.include=[]",
+            "matrix.exclude=[]"]
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from .status import show_status
 
-    composed = compose_config(args.overrides, args.config_dir)
+    composed = compose_config(out_dir_only(args.overrides), args.config_dir)
     return show_status(Path(composed.cfg.out_dir), args.overrides, args.config_dir)
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
     from .slurm.commands import wait_command
 
-    composed = compose_config(args.overrides, args.config_dir)
+    composed = compose_config(out_dir_only(args.overrides), args.config_dir)
     return wait_command(Path(composed.cfg.out_dir), args.poll_s, args.overrides, args.config_dir)
 
 

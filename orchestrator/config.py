@@ -134,6 +134,8 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
                         raise unknown(axis, value, options[axis])
                     if value not in names[axis]:
                         names[axis].append(value)
+            if not any(names.values()) and len(base) == len(overrides):  # an empty matrix (status, wait)
+                return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs, selection=selection)
             # Phase 2 composes the policies, GPUs and builds, so the GPUs' own exporter defaults (and any
             # override of them) are known; phase 3 adds those exporters.
             axes = [f"+{group}@{AXES[group]}.{n}={n}" for group, values in names.items() for n in values]

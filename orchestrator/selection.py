@@ -20,7 +20,7 @@ def recorded(out_dir: Path) -> dict[str, dict[str, Any]]:
         record = read_record(path.parent)
         if record is not None:
             record = owner.settle(path.parent, record)
-            found["/".join(path.parent.parts[-3:])] = record.to_dict()
+            found["/".join(path.parent.parts[-3:])] = dict(vars(record))  # shallow: the Record is dropped
     return found
 
 
