@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 PACKAGE_CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -26,6 +26,7 @@ PRIMARY = "export_matrix"
 AXES = {"policy": "policies", "gpu": "gpus", "torch": "builds", "exporter": "exporters"}
 # Groups chosen one at a time with `group=name` on the command line.
 CHOICE_GROUPS = ("matrix", "launcher", "exporter")
+POLICY_CHUNK = 64  # policies per Hydra composition (see _compose_many)
 
 
 class ConfigError(ValueError):
@@ -140,13 +141,51 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
             # override of them) are known; phase 3 adds those exporters.
             axes = [f"+{group}@{AXES[group]}.{n}={n}" for group, values in names.items() for n in values]
             not_exporters = [o for o in overrides if not o.lstrip("+~").startswith("exporters.")]
-            cfg = _compose(search + axes + not_exporters)
-            exporters = _exporter_names(cfg, choices, names, options["exporter"])
-            axes += [f"+exporter@exporters.{n}={n}" for n in exporters]
-            cfg = _compose(search + axes + overrides)
+            if len(names["policy"]) > POLICY_CHUNK:
+                cfg = _compose_many(search, names, not_exporters, overrides, choices, options["exporter"])
+            else:
+                cfg = _compose(search + axes + not_exporters)
+                exporters = _exporter_names(cfg, choices, names, options["exporter"])
+                axes += [f"+exporter@exporters.{n}={n}" for n in exporters]
+                cfg = _compose(search + axes + overrides)
     except yaml.YAMLError as exc:
         raise yaml_error(exc) from None
     return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs, selection=selection)
+
+
+def _compose_many(search: list[str], names: dict[str, list[str]], not_exporters: list[str], overrides: list[str],
+                  choices: dict[str, Any], valid_exporters: list[str]) -> DictConfig:
+    """Phases 2 and 3 for a matrix of many policies. Hydra merges a composition's configs one by one, re-parenting
+    the whole tree each time, so one composition of N policies costs O(N²) (800 policies: minutes). Policies go in
+    chunks of POLICY_CHUNK, each with every GPU and build and the overrides that concern it, and are joined; the
+    exporters are composed apart and added."""
+    others = [f"+{group}@{AXES[group]}.{n}={n}" for group in ("gpu", "torch") for n in names[group]]
+    policies = names["policy"]
+    parts = []
+    for start in range(0, len(policies), POLICY_CHUNK):
+        chunk = policies[start:start + POLICY_CHUNK]
+        wanted = set(chunk)
+        mine = [o for o in not_exporters if _override_policy(o) is None or _override_policy(o) in wanted
+                or (start == 0 and _override_policy(o) not in policies)]  # an unknown one still fails
+        parts.append(_compose(search + others + [f"+policy@policies.{n}={n}" for n in chunk] + mine))
+    cfg = parts[0]
+    joined: dict[str, Any] = {}
+    for part in parts:
+        joined.update(OmegaConf.to_container(part.policies, resolve=False))
+    with open_dict(cfg):
+        cfg.policies = joined
+    exporters = _exporter_names(cfg, choices, names, valid_exporters)
+    base = [o for o in overrides if not _axis_override(o) or o.lstrip("+~").startswith("exporters.")]
+    found = _compose(search + [f"+exporter@exporters.{n}={n}" for n in exporters] + base)
+    with open_dict(cfg):
+        cfg.exporters = OmegaConf.to_container(found.exporters, resolve=False) if "exporters" in found else {}
+    return cfg
+
+
+def _override_policy(override: str) -> str | None:
+    """The policy an override reaches into (`policies.act.timeout_min=5` -> act), else None."""
+    key = override.lstrip("+~").split("=", 1)[0].split(".")
+    return key[1] if key[0] == "policies" and len(key) > 1 else None
 
 
 def _compose(overrides: list[str]) -> DictConfig:

@@ -145,3 +145,25 @@ def test_show_prints_a_cells_configs_and_exact_commands_without_running_it(tmp_p
     assert shown["make_random"][4] == "pretrained_backbone_weights=null"
     assert shown["export"][2:] == [f"--policy.path={ckpt}", f"--output_dir={tmp_path}/cells/act/cpu/local/bundle"]
     assert len(shown["fingerprint"]) == 16 and not (tmp_path / "cells").exists()  # nothing ran
+
+
+def test_many_policies_compose_in_chunks_to_the_same_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunked composition (for hundreds of policies) gives what one composition gives, overrides and errors too."""
+    from orchestrator import config
+    from orchestrator.cells import resolve
+    from orchestrator.config import to_plain
+
+    overrides = ["matrix=tracking", "policies.flux3.timeout_min=7", "+policies.act.env.X=1",
+                 "gpus.h100.slurm.cpus_per_task=1", "exporter=lerobot_cuda", "exporters.lerobot_cuda.command=[x]"]
+    monkeypatch.setattr(config, "POLICY_CHUNK", 10**6)
+    whole = compose_config(overrides)
+    monkeypatch.setattr(config, "POLICY_CHUNK", 3)
+    chunked = compose_config(overrides)
+    keys = [k for k in whole.cfg if k != "hydra"]
+    assert sorted(keys) == sorted(k for k in chunked.cfg if k != "hydra")
+    assert all(to_plain(whole.cfg[k]) == to_plain(chunked.cfg[k]) for k in keys)
+    assert len(to_plain(chunked.cfg.policies)) == len(to_plain(whole.cfg.policies)) > 3
+    assert [(s.id, s.fingerprint, s.configs) for s in resolve(whole, True)] == \
+        [(s.id, s.fingerprint, s.configs) for s in resolve(chunked, True)]
+    with pytest.raises(ConfigError, match="Could not override 'policies.nope.timeout_min'"):
+        compose_config([*overrides, "policies.nope.timeout_min=3"])
