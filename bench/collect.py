@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.collect import OUTPUTS, settings_from, tables, write_text_atomic  # noqa: E402
+from orchestrator.atomic import write_bytes_atomic  # noqa: E402
+from orchestrator.collect import OUTPUTS, settings_from, tables  # noqa: E402
 from orchestrator.collect.index import INDEX_DIR, load_indexed  # noqa: E402
 from orchestrator.collect.records import load_records  # noqa: E402
 from orchestrator.config import compose_config  # noqa: E402
@@ -160,7 +161,7 @@ def bench(root: Path, count: int) -> dict:
     done = tables(cells, history, settings, timings)
     start = time.perf_counter()
     for name in OUTPUTS:
-        write_text_atomic(root / name, done.outputs[name])
+        write_bytes_atomic(root / name, done.outputs[name])
     timings["write"] = time.perf_counter() - start
     timings["total"] = sum(timings[k] for k in ("compose", "read", "tables", "render", "write"))
     assert len(cells) == count, (len(cells), count)
@@ -208,7 +209,7 @@ def main() -> int:
     report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "platform": platform.platform()}, "results": results, "growth": growth}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out, json.dumps(report, indent=2) + "\n")
+    write_bytes_atomic(args.out, json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.record import write_json_atomic  # noqa: E402
+from orchestrator.atomic import write_json_atomic  # noqa: E402
 
 CELL_FIELDS = ("status", "failed_step", "error", "check", "check_reason", "max_diff", "tolerance", "margin",
                "eager_ms", "exported_ms", "speedup", "peak_gpu_mib", "peak_gpu_phases", "make_random_s", "export_s",

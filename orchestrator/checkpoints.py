@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_json_atomic
 from .process import run_logged
-from .record import write_json_atomic
 
 MAKE_RANDOM = Path(__file__).resolve().parent / "scripts" / "make_random.py"
 MARKER = "make_random.json"

@@ -120,7 +120,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
 
 def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = False) -> int:
-    from .launch import summarize, sweep_local
+    from .console import summarize
+    from .launch import sweep_local
     from .prepare import build_missing_envs
     from .sweep_lock import sweep_lock
 

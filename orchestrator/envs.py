@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .record import write_json_atomic
+from .atomic import write_json_atomic
 
 RECIPE_KEYS = ("python_version", "pip", "index_url", "lerobot", "transformers", "patches")
 FINGERPRINT = "export-matrix-env.json"

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
+from .atomic import write_json_atomic
 from .config import PACKAGE_CONF, split_selection
-from .record import write_json_atomic
 from .spec import CellSpec
 
 CACHE_NAME = ".fingerprints.json"

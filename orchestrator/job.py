@@ -20,7 +20,7 @@ from . import gpu, owner
 from .checkpoints import CheckpointFailed, ensure_random_checkpoint
 from .logparse import last_error_line, parse_log, tail
 from .process import StepInterrupted, run_logged
-from .record import Record, read_record, write_record
+from .record import Record, Status, Step, read_record, write_record
 from .spec import PACKAGE_DIR, CellSpec
 
 EXPORT_LOG = "export.log"
@@ -110,12 +110,12 @@ def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> dict[str, A
     try:
         _run_steps(spec, record, cell_dir)
     except StepInterrupted as exc:
-        record.status, record.error = "cancelled", str(exc)
+        record.finish(Status.CANCELLED, record.failed_step, str(exc))
     except Preempted as exc:
-        record.status, record.error, record.failed_step = "failed", str(exc), current_step(record)
+        record.finish(Status.FAILED, current_step(record), str(exc))
     except Exception as exc:  # the job body broke: still leave a record that says how
-        record.status = "error"
-        record.error = last_error_line(traceback.format_exception(exc)[-1].splitlines(), spec.parse["exception"])
+        record.finish(Status.ERROR, record.failed_step,
+                      last_error_line(traceback.format_exception(exc)[-1].splitlines(), spec.parse["exception"]))
         record.log_tail = "".join(traceback.format_exception(exc))[-4000:]
     finally:
         for sig, handler in previous.items():
@@ -135,11 +135,11 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
     env = job_env(spec)
     timeout_s = spec.timeout_min * 60
     record.logs = {"export": EXPORT_LOG}
-    record.failed_step = "setup"
+    record.failed_step = Step.SETUP
     record.versions = probe_versions(spec, env)
     cuda = record.versions.pop("cuda", None)
     if cuda is not None and not cuda.get("available"):
-        record.status, record.error = "error", f"no CUDA device visible to the job: {cuda.get('why')}"
+        record.finish(Status.ERROR, Step.SETUP, f"no CUDA device visible to the job: {cuda.get('why')}")
         return
     record.failed_step = None
     if spec.fingerprint:
@@ -154,7 +154,7 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
                                              record.versions.get("lerobot") or "unknown", spec.python, env, log,
                                              timeout_s)
         except CheckpointFailed as exc:
-            _finish_failed_step(record, spec, "make_random", log, exc.returncode, exc.timed_out)
+            _finish_make_random(record, spec, log, exc.returncode, exc.timed_out)
             record.make_random_s = round(exc.seconds, 2)
             return
         record.make_random_s = round(built.seconds, 2) if built.built else 0.0
@@ -198,17 +198,14 @@ def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offs
     record.steps_s = found.get("steps_s") or {}
     record.peak_gpu_phases = found.get("peak_gpu_phases") or {}
     record.log_tail = tail(text, spec.parse["tail_lines"])
-    record.status, record.failed_step, record.error = "passed", None, None
-    if outcome.timed_out:
-        record.status, record.failed_step = "timeout", found.get("failed_step") or "export"
-        record.error = f"the export ran past timeout_min={spec.timeout_min:g}"
-    elif outcome.returncode < 0:
-        record.status, record.failed_step = "killed", found.get("failed_step") or "export"
-        record.error = f"the exporter was killed by {signal.Signals(-outcome.returncode).name}"
+    record.finish(Status.PASSED)
+    stopped = stopped_by(outcome.timed_out, outcome.returncode, spec.timeout_min, "the export", "the exporter")
+    if stopped:
+        record.finish(stopped[0], found.get("failed_step") or Step.EXPORT, stopped[1])
     elif outcome.returncode != 0 or found.get("test_case") == "failed":
-        record.status = "oom" if found.get("oom") else "failed"
-        record.failed_step = found.get("failed_step") or ("check" if found.get("test_case") == "failed" else "export")
-        record.error = found.get("error") or f"the exporter exited with status {outcome.returncode}"
+        step = found.get("failed_step") or (Step.CHECK if found.get("test_case") == "failed" else Step.EXPORT)
+        record.finish(Status.OOM if found.get("oom") else Status.FAILED, step,
+                      found.get("error") or f"the exporter exited with status {outcome.returncode}")
 
 
 def _checked(record: Record, outcome: Any) -> bool:
@@ -224,22 +221,25 @@ def _summarize_runs(record: Record, diffs: list[float]) -> None:
     record.check_runs = diffs
     record.max_diff, record.margin = median, median / record.tolerance
     if median <= record.tolerance:
-        record.status, record.failed_step, record.error = "passed", None, None
+        record.finish(Status.PASSED)
     else:
-        record.status, record.failed_step = "failed", "check"
-        record.error = (f"RuntimeError: The exported policy does not reproduce its test case ({median:.2e} > "
-                        f"{record.tolerance:g}), median of {len(diffs)} runs")
+        record.finish(Status.FAILED, Step.CHECK, f"RuntimeError: The exported policy does not reproduce its test "
+                      f"case ({median:.2e} > {record.tolerance:g}), median of {len(diffs)} runs")
 
 
-def _finish_failed_step(record: Record, spec: CellSpec, step: str, log: Path, returncode: int,
-                        timed_out: bool) -> None:
+def _finish_make_random(record: Record, spec: CellSpec, log: Path, returncode: int, timed_out: bool) -> None:
     text = log.read_text(errors="replace") if log.exists() else ""
-    record.failed_step = step
     record.log_tail = tail(text, spec.parse["tail_lines"])
+    status, error = stopped_by(timed_out, returncode, spec.timeout_min, Step.MAKE_RANDOM, Step.MAKE_RANDOM) or \
+        (Status.FAILED, last_error_line(text.splitlines(), spec.parse["exception"]))
+    record.finish(status, Step.MAKE_RANDOM, error)
+
+
+def stopped_by(timed_out: bool, returncode: int, timeout_min: float, step: str,
+               process: str) -> tuple[Status, str] | None:
+    """`timeout` where we stopped a step at its limit, `killed` where a signal we did not send ended it."""
     if timed_out:
-        record.status, record.error = "timeout", f"{step} ran past timeout_min={spec.timeout_min:g}"
-    elif returncode < 0:
-        record.status, record.error = "killed", f"{step} was killed by {signal.Signals(-returncode).name}"
-    else:
-        record.status = "failed"
-        record.error = last_error_line(text.splitlines(), spec.parse["exception"])
+        return Status.TIMEOUT, f"{step} ran past timeout_min={timeout_min:g}"
+    if returncode < 0:
+        return Status.KILLED, f"{process} was killed by {signal.Signals(-returncode).name}"
+    return None

@@ -9,23 +9,20 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import submitit
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import owner
+from .console import counts_text, describe
+from .console import progress as console_progress
 from .job import now, run_cell
 from .logparse import tail
-from .record import UNFINISHED, UNREADABLE, read_record, start_attempt, write_record
+from .record import UNFINISHED, UNREADABLE, Status, read_record, start_attempt, write_record
 from .spec import CellSpec
-
-STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "yellow", "killed": "magenta",
-                "error": "bold red", "cancelled": "yellow", "oom": "magenta"}
 
 
 def job_timeout_min(spec: CellSpec) -> int:
@@ -63,7 +60,7 @@ def prepare(spec: CellSpec, local: bool = True) -> int:
     if local and earlier is not None and earlier.status in UNFINISHED and not earlier.owner.get("slurm_job"):
         owner.stop_orphan(earlier)
         if earlier.owner and owner.settle(spec.cell_dir, earlier).status in UNFINISHED:
-            earlier.status = "cancelled"
+            earlier.status = Status.CANCELLED
             earlier.error = "its sweep ended before it finished; the next sweep of the cell stopped it (SIGTERM)"
             write_record(spec.cell_dir, earlier)
     attempt = start_attempt(spec.cell_dir)
@@ -84,7 +81,7 @@ def finish_lost(spec: CellSpec, job: submitit.Job | None, reason: str) -> dict[s
         record = spec.new_record(status="running", attempt=record.attempt if record else 1)
     if record.status not in UNFINISHED:
         return record.to_dict()
-    record.status = "cancelled" if record.status == "pending" and job is None else "killed"
+    record.status = Status.CANCELLED if record.status == Status.PENDING and job is None else Status.KILLED
     record.error = reason
     record.ended_at = now()
     if job is not None:
@@ -114,7 +111,7 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
     running: dict[str, tuple[CellSpec, submitit.Job]] = {}
     results: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
-    with _progress(console) as progress:
+    with console_progress(console) as progress:
         task = progress.add_task("sweep", total=len(specs), counts="")
         try:
             while queue or running:
@@ -131,7 +128,7 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
                         results.append(record)
                         counts[record["status"]] += 1
                         progress.console.print(describe(record))
-                        progress.update(task, advance=1, counts=_counts(counts))
+                        progress.update(task, advance=1, counts=counts_text(counts))
                 if running:
                     time.sleep(poll_s)
         except (KeyboardInterrupt, OSError) as exc:
@@ -161,32 +158,3 @@ def _wait_quietly(job: submitit.Job, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not job.done() and time.monotonic() < deadline:
         time.sleep(0.5)
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("{task.fields[counts]}"), console=console, transient=False)
-
-
-def _counts(counts: Counter[str]) -> str:
-    return "  ".join(f"[{STATUS_STYLE.get(s, 'white')}]{s} {n}[/]" for s, n in sorted(counts.items()))
-
-
-def describe(record: dict[str, Any]) -> str:
-    """One line per finished cell: status, the check against its tolerance, times, or the error."""
-    status = record["status"]
-    parts = [f"[{STATUS_STYLE.get(status, 'white')}]{escape(f'{status:9s}')}[/] {escape(record['cell'])}"]
-    if record.get("max_diff") is not None:
-        parts.append(f"diff {record['max_diff']:.2e} / tol {record['tolerance']:g}")
-    if record.get("eager_ms") is not None and record.get("exported_ms") is not None:
-        parts.append(f"eager {record['eager_ms']:.1f} ms, exported {record['exported_ms']:.1f} ms")
-    if record.get("export_s") is not None:
-        parts.append(f"export {record['export_s']:.0f} s")
-    if status != "passed":
-        parts.append(escape(f"[{record.get('failed_step') or '?'}] {record.get('error') or ''}"))
-    return "  ".join(parts)
-
-
-def summarize(records: Iterable[dict[str, Any]]) -> str:
-    counts = Counter(r["status"] for r in records)
-    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no cells"

@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .record import UNFINISHED, Record, write_record
+from .record import UNFINISHED, Record, Status, write_record
 
 
 def _start_time(pid: int) -> str | None:
@@ -47,10 +47,10 @@ def settle(cell_dir: Path, record: Record) -> Record:
         return record
     pid = record.owner.get("pid")
     if record.status == "running":
-        record.status = "killed"
+        record.status = Status.KILLED
         record.error = f"the job (pid {pid}) ended without finishing its record (killed or crashed)"
     else:
-        record.status = "cancelled"
+        record.status = Status.CANCELLED
         record.error = f"the sweep that queued this cell (pid {pid}) ended before the cell ran"
     write_record(cell_dir, record)
     return record

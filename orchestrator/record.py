@@ -7,28 +7,50 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from .atomic import write_json_atomic
 
 RECORD_NAME = "record.json"
 LOCK_NAME = ".record.lock"
 ATTEMPTS_DIR = "attempts"
 
-# passed: the exporter succeeded and its check held. failed: a step exited non-zero (a known or new failure).
-# timeout: killed by us at timeout_min. killed: ended by a signal we did not send (kill -9, OOM killer, Slurm).
-# error: the job body itself broke (bad interpreter path, missing file), so nothing was measured.
-# cancelled: the job was told to stop (scancel, Ctrl-C of a local sweep) and stopped its steps.
-# pending / running: written at submission and when the job starts; either one left behind after the job
-# ended means the job was lost, and the sweep (or `status`) finishes the record from what it knows.
-# unreadable: the record.json on disk could not be read (truncated, empty, not a record): never a result.
-STATUSES = ("passed", "failed", "timeout", "killed", "error", "oom", "cancelled", "pending", "running", "unreadable")
-UNFINISHED = frozenset({"pending", "running"})
-UNREADABLE = "unreadable"
+class Status(StrEnum):
+    """How an attempt ended (or that it has not). Members are strings: JSON and comparisons see "passed"."""
+
+    PASSED = "passed"  # the exporter succeeded and its check held
+    FAILED = "failed"  # a step exited non-zero (a known or new failure)
+    TIMEOUT = "timeout"  # killed by us at timeout_min, or by Slurm at the job's time limit
+    KILLED = "killed"  # ended by a signal we did not send (kill -9, OOM killer, Slurm)
+    ERROR = "error"  # the job body itself broke (bad interpreter path, missing file): nothing was measured
+    OOM = "oom"  # out of GPU (or the job's) memory: the catalog's row-3 kind
+    CANCELLED = "cancelled"  # told to stop (scancel, Ctrl-C of a local sweep), or its sweep ended before it ran
+    # Written at submission and when the job starts; either one left behind after the job ended means the job
+    # was lost, and the sweep (or `status`) finishes the record from what it knows.
+    PENDING = "pending"
+    RUNNING = "running"
+    UNREADABLE = "unreadable"  # the record.json on disk could not be read: never a result
+
+
+class Step(StrEnum):
+    """Where an attempt stopped (`failed_step`), besides the exporter's own steps (trace, save, compile-model)."""
+
+    ENV = "env"  # the torch build's environment could not be built
+    SUBMIT = "submit"  # sbatch refused the job array
+    SETUP = "setup"  # before make_random: the build's versions, its CUDA device
+    MAKE_RANDOM = "make_random"
+    EXPORT = "export"  # the exporter, where it named no step of its own
+    CHECK = "check"  # the exported policy's test case against eager
+
+
+STATUSES = tuple(Status)
+UNFINISHED = frozenset({Status.PENDING, Status.RUNNING})
+UNREADABLE = Status.UNREADABLE
 
 
 @dataclass
@@ -74,26 +96,15 @@ class Record:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def finish(self, status: Status, step: str | None = None, error: str | None = None) -> Record:
+        """End the attempt: how, the step it stopped in (None where it passed), and its error line."""
+        self.status, self.failed_step, self.error = status, step, error
+        return self
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temp file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True, default=str)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_record(cell_dir: Path, record: Record) -> bool:

@@ -15,14 +15,11 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.text import Text
 
 from .config import selected, split_selection
+from .console import aligned
 from .fingerprint_cache import current_keys
-from .launch import STATUS_STYLE
 from .selection import is_stale, recorded
-
-SHOWN_STYLE = {**STATUS_STYLE, "pending": "dim", "running": "cyan", "requeued": "cyan", "suspended": "dim"}
 
 
 def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None) -> int:
@@ -67,19 +64,3 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None) ->
     Console(width=None if sys.stdout.isatty() else 200).print(
         aligned(f"{len(cells)} cells under {out_dir}", columns, rows, caption), soft_wrap=True)
     return 0
-
-
-def aligned(title: str, columns: list[str], rows: list[list[str]], caption: str) -> Text:
-    """Columns padded to their widest value; the status styled, stale marks in yellow."""
-    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
-    text = Text(title + "\n", style="italic")
-    text.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n", style="bold")
-    for row in rows:
-        for i, (value, width) in enumerate(zip(row, widths, strict=True)):
-            style = SHOWN_STYLE.get(value, "white") if i == 1 else ("yellow" if columns[i] == "stale" else None)
-            text.append(value.ljust(width) if i < len(row) - 1 else value, style=style)
-            if i < len(row) - 1:
-                text.append("  ")
-        text.append("\n")
-    text.append(caption, style="dim")
-    return text

@@ -9,24 +9,23 @@ writes nothing and exits 1 when FILE or DIR's tables are out of date with the re
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from ..atomic import write_bytes_atomic
 from ..config import Composed, ConfigError, axis_list, compose_config, to_plain
 from . import changes as changes_md
 from . import render_html, render_md
 from .catalog import load_catalog
 from .index import load_indexed
 from .records import REPRO_EXPORTER
+from .rules import build_matrix, cells_table, classify_cells, repro_table
 from .settings import DEFAULTS, Settings
 from .splice import splice_file
-from .status import build_matrix, cells_table, classify_cells, repro_table
 
 OUTPUTS = ("cells.csv", "matrix.csv", "repros.csv", "matrix.md", "report.html")
 CHANGES = "changes.md"
@@ -119,25 +118,6 @@ def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
     return Collected(cells=classified, matrix=matrix, outputs=outputs, timings=timings)
 
 
-def write_text_atomic(path: Path, text: str | bytes) -> None:
-    """Write through a temp file in the same directory and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode() if isinstance(text, str) else text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _stale(path: Path, expected: str | bytes) -> bool:
     try:
         current = path.read_bytes()
@@ -173,10 +153,10 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
         return 0
     lines = changes_md.changes(changes_md.read_previous(out_dir / "matrix.csv"), done.matrix, settings)
     for name, text in done.outputs.items():
-        write_text_atomic(out_dir / name, text)
-    write_text_atomic(out_dir / CHANGES, changes_md.render(lines))
+        write_bytes_atomic(out_dir / name, text)
+    write_bytes_atomic(out_dir / CHANGES, changes_md.render(lines))
     if spliced is not None and spliced[0] != spliced[1]:
-        write_text_atomic(into, spliced[1])
+        write_bytes_atomic(into, spliced[1])
     print(changes_md.render(lines), end="")
     counts = done.matrix["symbol"].value_counts()
     print(f"collected {len(cells)} records into {len(done.matrix)} policy × GPU cells "

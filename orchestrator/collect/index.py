@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..atomic import write_bytes_atomic
 from ..record import RECORD_NAME
 from .records import COLUMNS, _dirs, read_paths, typed_cells, typed_history
 
@@ -57,17 +58,11 @@ class Index:
             pass  # an index that cannot be written (read-only or full disk) costs the next collect time only
 
     def _write(self, cells: pd.DataFrame, dirs: dict[str, int]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
         cells = cells.copy()
         cells.attrs = {"version": VERSION}
-        for name, frame in (("cells", cells),
-                            ("dirs", pd.DataFrame({"path": list(dirs), "mtime_ns": list(dirs.values())}))):
-            tmp = self.root / f".{name}.parquet.tmp{os.getpid()}"
-            try:
-                frame.to_parquet(tmp, index=False)
-                os.replace(tmp, self.root / f"{name}.parquet")
-            finally:
-                tmp.unlink(missing_ok=True)
+        write_bytes_atomic(self.root / "cells.parquet", cells.to_parquet(index=False))
+        dirs_frame = pd.DataFrame({"path": list(dirs), "mtime_ns": list(dirs.values())})
+        write_bytes_atomic(self.root / "dirs.parquet", dirs_frame.to_parquet(index=False))
 
 
 def _walk(cells_dir: str, known: dict[str, int]) -> tuple[list[str], dict[str, int]]:

@@ -15,7 +15,7 @@ import submitit
 from submitit.core.utils import DelayedSubmission, UncompletedJobError
 
 from ..job import Preempted, now, run_cell
-from ..record import read_record, write_record
+from ..record import Status, read_record, write_record
 from ..spec import CellSpec
 
 # Slurm may send the --signal up to 60 s before the time it was asked for.
@@ -87,7 +87,7 @@ class CellJob(submitit.helpers.Checkpointable):
     def _give_up(self) -> dict[str, Any]:
         spec = self.spec
         record = read_record(spec.cell_dir) or spec.new_record()
-        record.status, record.requeues, record.ended_at = "failed", self.requeues, now()
+        record.status, record.requeues, record.ended_at = Status.FAILED, self.requeues, now()
         record.attempt, record.fixes = self.attempt, list(spec.fixes)
         record.error = (f"Slurm ran the job {self.requeues + 1} times (preemption or node failure); "
                         f"max_requeues={self.max_requeues}")

@@ -20,7 +20,7 @@ def launch_slurm(specs: list[CellSpec], refused: list[dict[str, Any]], out_dir: 
                  wait: bool, force: bool, console: Console) -> int:
     """`sweep launcher=slurm`: submit, write the manifest, and return (or follow the cells with `wait`)."""
     from ..config import ConfigError
-    from ..launch import summarize
+    from ..console import summarize
 
     missing = [tool for tool in ("sbatch", "srun", "sacct") if shutil.which(tool) is None]
     if missing:

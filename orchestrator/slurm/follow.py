@@ -14,6 +14,8 @@ from typing import Any
 
 from rich.console import Console
 
+from ..console import counts_text
+from ..console import progress as console_progress
 from ..record import UNFINISHED, Record, write_record
 from ..spec import cell_dir
 from .manifest import read_manifest
@@ -120,22 +122,16 @@ def counts(cells: list[CellState]) -> Counter[str]:
 
 def wait_for(out_dir: Path, poll_s: float | None, console: Console, only: list[str] | None = None) -> list[CellState]:
     """Poll until every cell of the manifest (or `only` these) has ended and has its final record."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from ..launch import STATUS_STYLE
-
     manifest = read_manifest(out_dir)
     if poll_s is None:
         sweeps = list(manifest["sweeps"].values())
         poll_s = float(sweeps[-1].get("poll_s") or 15) if sweeps else 15.0
     cells = poll(out_dir, only)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[counts]}"), console=console, transient=False) as progress:
+    with console_progress(console) as progress:
         task = progress.add_task("wait", total=len(cells), counts="")
         while True:
             shown = counts(cells)
-            text = "  ".join(f"[{STATUS_STYLE.get(s, 'white')}]{s} {n}[/]" for s, n in sorted(shown.items()))
-            progress.update(task, completed=sum(c.finished for c in cells), counts=text)
+            progress.update(task, completed=sum(c.finished for c in cells), counts=counts_text(shown))
             if all(c.finished for c in cells):
                 return cells
             time.sleep(poll_s)

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..record import write_json_atomic
+from ..atomic import write_json_atomic
 
 MANIFEST = "manifest.json"
 

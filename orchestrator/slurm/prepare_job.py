@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoints import CheckpointFailed, ensure_random_checkpoint
-from ..job import MAKE_RANDOM_LOG, current_job_id, job_env, now, probe_versions
+from ..job import MAKE_RANDOM_LOG, current_job_id, job_env, now, probe_versions, stopped_by
 from ..logparse import last_error_line, tail
-from ..record import read_record, write_record
+from ..record import Status, Step, read_record, write_record
 from ..spec import CellSpec
 from .manifest import read_manifest
 
@@ -79,22 +79,19 @@ class PrepareCheckpoint:
     def _fail_cells(self, log: Path, exc: CheckpointFailed) -> list[str]:
         """Each waiting cell gets make_random's failure as its record and its log; its GPU job is cancelled."""
         text = log.read_text(errors="replace") if log.exists() else ""
-        if exc.timed_out:
-            status, error = "timeout", f"make_random ran past timeout_min={self.task.timeout_min:g}"
-        elif exc.returncode < 0:
-            status, error = "killed", f"make_random was killed by signal {-exc.returncode}"
-        else:
-            status, error = "failed", last_error_line(text.splitlines(), self.task.first.parse["exception"])
+        status, error = stopped_by(exc.timed_out, exc.returncode, self.task.timeout_min, Step.MAKE_RANDOM,
+                                   Step.MAKE_RANDOM) or \
+            (Status.FAILED, last_error_line(text.splitlines(), self.task.first.parse["exception"]))
         entries = read_manifest(Path(self.out_dir))["cells"]
         failed, jobs = [], []
         for spec in self.task.cells:
             current = read_record(spec.cell_dir)
-            if current is None or current.status != "pending":  # its GPU job started after all: it decides
+            if current is None or current.status != Status.PENDING:  # its GPU job started after all: it decides
                 continue
             if log.exists():
                 shutil.copyfile(log, spec.cell_dir / MAKE_RANDOM_LOG)
             record = spec.new_record(
-                status=status, attempt=current.attempt, failed_step="make_random", error=error,
+                status=status, attempt=current.attempt, failed_step=Step.MAKE_RANDOM, error=error,
                 started_at=now(), ended_at=now(), make_random_s=round(exc.seconds, 2), job_id=current_job_id(),
                 logs={"make_random": MAKE_RANDOM_LOG}, log_tail=tail(text, spec.parse["tail_lines"]),
                 fingerprint=spec.fingerprint)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..job import current_step, now
 from ..logparse import tail
-from ..record import UNFINISHED, Record
+from ..record import UNFINISHED, Record, Status
 from ..spec import cell_dir
 from .sacct import UNKNOWN_GRACE_S, JobState
 
@@ -50,35 +50,35 @@ def settle(record: Record, entry: dict[str, Any], job: JobState) -> Record:
     if state == "COMPLETED":
         if not unfinished:
             return new
-        new.status, new.error = "error", f"the job ended without finishing its record ({slurm})"
+        new.status, new.error = Status.ERROR, f"the job ended without finishing its record ({slurm})"
     elif state == "FAILED":
         if not unfinished:
             return new
-        new.status = "failed"
+        new.status = Status.FAILED
         new.error = f"the job process ended without a record ({slurm}, {_exit_text(job.step_exit or job.exit_code)})"
         new.failed_step = new.failed_step or _step_from_files(directory)
     elif state == "TIMEOUT":
-        new.status = "timeout"
+        new.status = Status.TIMEOUT
         new.error = f"the job ran past its Slurm time limit of {job.timelimit or entry.get('time_min')} ({slurm})"
         new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
     elif state == "OUT_OF_MEMORY":
-        new.status = "oom"
+        new.status = Status.OOM
         new.error = f"the job ran out of its {entry.get('signature', {}).get('mem_gb')} GB of memory ({slurm})"
         new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
     elif state == "CANCELLED":
         if not unfinished and record.job_id and record.job_id != entry["job_id"]:
             return new  # finished by another job: the make_random preparation failed and cancelled this one
         started = record.status != "pending" and record.started_at
-        new.status = "cancelled"
+        new.status = Status.CANCELLED
         new.error = f"the job was cancelled{'' if started else ' before it started'} ({slurm})"
     elif state == "UNKNOWN":
         if not unfinished:
             return new
-        new.status = "error"
+        new.status = Status.ERROR
         new.error = (f"Slurm's accounting has no job {entry['job_id']}, {UNKNOWN_GRACE_S // 60} minutes after "
                      "its submission")
     else:  # NODE_FAIL, PREEMPTED, BOOT_FAIL, DEADLINE, ...: Slurm ended it and did not requeue it (again)
-        new.status = "failed"
+        new.status = Status.FAILED
         new.error = f"Slurm ended the job and did not run it again ({slurm}, {_exit_text(job.exit_code)})"
         new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
     new.job_id = entry["job_id"]

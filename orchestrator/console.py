@@ -1,0 +1,62 @@
+"""What the terminal shows: status colours, the progress bar of a sweep or a wait, one line per finished cell,
+the summary, and the aligned status table. The local launcher, the Slurm follower and `status` share it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "yellow", "killed": "magenta",
+                "error": "bold red", "cancelled": "yellow", "oom": "magenta"}
+SHOWN_STYLE = {**STATUS_STYLE, "pending": "dim", "running": "cyan", "requeued": "cyan", "suspended": "dim"}
+
+
+def progress(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("{task.fields[counts]}"), console=console, transient=False)
+
+
+def counts_text(counts: Counter[str]) -> str:
+    return "  ".join(f"[{STATUS_STYLE.get(s, 'white')}]{s} {n}[/]" for s, n in sorted(counts.items()))
+
+
+def describe(record: dict[str, Any]) -> str:
+    """One line per finished cell: status, the check against its tolerance, times, or the error."""
+    status = record["status"]
+    parts = [f"[{STATUS_STYLE.get(status, 'white')}]{escape(f'{status:9s}')}[/] {escape(record['cell'])}"]
+    if record.get("max_diff") is not None:
+        parts.append(f"diff {record['max_diff']:.2e} / tol {record['tolerance']:g}")
+    if record.get("eager_ms") is not None and record.get("exported_ms") is not None:
+        parts.append(f"eager {record['eager_ms']:.1f} ms, exported {record['exported_ms']:.1f} ms")
+    if record.get("export_s") is not None:
+        parts.append(f"export {record['export_s']:.0f} s")
+    if status != "passed":
+        parts.append(escape(f"[{record.get('failed_step') or '?'}] {record.get('error') or ''}"))
+    return "  ".join(parts)
+
+
+def summarize(records: Iterable[dict[str, Any]]) -> str:
+    counts = Counter(r["status"] for r in records)
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no cells"
+
+
+def aligned(title: str, columns: list[str], rows: list[list[str]], caption: str) -> Text:
+    """Columns padded to their widest value; the status styled, stale marks in yellow."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    text = Text(title + "\n", style="italic")
+    text.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n", style="bold")
+    for row in rows:
+        for i, (value, width) in enumerate(zip(row, widths, strict=True)):
+            style = SHOWN_STYLE.get(value, "white") if i == 1 else ("yellow" if columns[i] == "stale" else None)
+            text.append(value.ljust(width) if i < len(row) - 1 else value, style=style)
+            if i < len(row) - 1:
+                text.append("  ")
+        text.append("\n")
+    text.append(caption, style="dim")
+    return text

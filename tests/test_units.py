@@ -1,0 +1,94 @@
+"""Table-driven unit tests: sacct lines to job states, Slurm end states to records, cell expansion and covering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cells import expand
+from orchestrator.config import compose_config
+from orchestrator.record import Record, Status
+from orchestrator.selection import covering
+from orchestrator.slurm.sacct import JobState, lookup, parse_sacct
+from orchestrator.slurm.settle import settle
+
+LINE = "{id}|{state}|{exit}|00:01:02|01:05:00|node-h100|2026-12-03T10:00:00"
+
+
+@pytest.mark.parametrize(("lines", "job_id", "state", "exit_code"), [
+    (["7_3|COMPLETED|0:0"], "7_3", "COMPLETED", "0:0"),
+    (["7_3|CANCELLED by 0|0:15"], "7_3", "CANCELLED", "0:15"),  # the detail is kept apart
+    (["7_[0-9%4]|PENDING|0:0"], "7_5", "PENDING", "0:0"),  # a range of pending tasks
+    (["7_[0-2,5]|PENDING|0:0", "7_1|RUNNING|0:0"], "7_1", "RUNNING", "0:0"),  # the task's own line wins
+    (["7|PENDING|0:0"], "7_4", "PENDING", "0:0"),  # the whole array, not yet split
+    (["9|FAILED|0:9", "9.0|OUT_OF_MEMORY|0:125", "9.batch|FAILED|0:9"], "9", "OUT_OF_MEMORY", "0:9"),
+    (["9|COMPLETED|0:0", "9.0|COMPLETED|0:0"], "9", "COMPLETED", "0:0"),
+    (["8_1|TIMEOUT|0:0"], "8_2", None, None),  # another task of the array: unknown
+])
+def test_parse_sacct(lines: list[str], job_id: str, state: str | None, exit_code: str | None) -> None:
+    text = "\n".join(LINE.format(id=i, state=s, exit=e) for i, s, e in (line.split("|") for line in lines))
+    found = lookup(parse_sacct(text + "\n\n|broken line\n"), job_id)
+    assert (found.state if found else None, found.exit_code if found else None) == (state, exit_code)
+
+
+def entry(tmp_path: Path) -> dict:
+    out = tmp_path / "job.out"
+    out.write_text("Traceback (most recent call last):\nMemoryError\n")
+    return {"job_id": "7_1", "out_dir": str(tmp_path), "stdout": str(out), "stderr": str(out), "time_min": 65,
+            "signature": {"mem_gb": 3}}
+
+
+def record(status: str, **fields) -> Record:
+    return Record(cell="act/h100/stock", policy="act", gpu="h100", torch="stock", exporter="x", status=status,
+                  **fields)
+
+
+@pytest.mark.parametrize(("before", "slurm", "status", "error_part"), [
+    (record("passed"), JobState("7_1", "COMPLETED"), "passed", None),  # the job's own record stays
+    (record("running"), JobState("7_1", "COMPLETED"), "error", "without finishing its record"),
+    (record("failed", error="E"), JobState("7_1", "FAILED", "1:0"), "failed", "E"),
+    (record("running"), JobState("7_1", "FAILED", "0:9"), "failed", "SIGKILL"),
+    (record("running"), JobState("7_1", "TIMEOUT", timelimit="01:05:00"), "timeout", "time limit of 01:05:00"),
+    (record("running"), JobState("7_1", "OUT_OF_MEMORY"), "oom", "3 GB"),
+    (record("pending"), JobState("7_1", "CANCELLED", detail="by 0"), "cancelled", "before it started"),
+    (record("passed", job_id="7_1"), JobState("7_1", "CANCELLED"), "cancelled", "was cancelled"),
+    (record("failed", job_id="8_0", failed_step="make_random", error="E"), JobState("7_1", "CANCELLED"), "failed",
+     "E"),  # failed by the make_random preparation (another job), which cancelled this one
+    (record("running"), JobState("7_1", "NODE_FAIL", "0:0"), "failed", "did not run it again"),
+    (record("pending"), JobState("7_1", "UNKNOWN"), "error", "has no job 7_1"),
+])
+def test_settle(tmp_path: Path, before: Record, slurm: JobState, status: str, error_part: str | None) -> None:
+    after = settle(before, entry(tmp_path), slurm)
+    assert after.status == Status(status)
+    assert (error_part is None and after.error is None) or error_part in after.error
+    if before.status not in ("pending", "running") and after.status == before.status:
+        assert after.error == before.error  # a finished record keeps its own words
+
+
+@pytest.mark.parametrize(("matrix", "cells"), [
+    ({"policies": ["a", "b"], "gpus": ["h"], "torch": ["s"]}, ["a/h/s", "b/h/s"]),
+    ({"policies": ["a", "b"], "gpus": ["h", "g"], "torch": ["s"], "exclude": [{"policy": "b", "gpu": "g"}]},
+     ["a/h/s", "a/g/s", "b/h/s"]),
+    ({"policies": ["a"], "gpus": ["h"], "torch": ["s"], "include": [{"policy": "c", "torch": "p"}]},
+     ["a/h/s", "c/h/p"]),  # a partial include takes the other axes' lists
+    ({"policies": "a", "gpus": ["h"], "torch": ["s", "p"]}, ["a/h/s", "a/h/p"]),  # one name, not a list
+])
+def test_expand(matrix: dict, cells: list[str]) -> None:
+    from omegaconf import OmegaConf
+
+    found = expand(OmegaConf.create(matrix))
+    assert [f"{c['policy']}/{c['gpu']}/{c['torch']}" for c in found] == cells
+
+
+@pytest.mark.parametrize("cell_ids", [
+    ["act/h100/stock"],
+    ["act/h100/stock", "wall_x/a100/pr202785", "dm05/h100/pr202925"],
+])
+def test_covering_holds_every_cell_and_composes(cell_ids: list[str]) -> None:
+    """`covering` gives a matrix whose cells include these (rerun and status filter it down to them)."""
+    composed = compose_config(["matrix=tracking", *covering(cell_ids)])
+    found = {f"{c['policy']}/{c['gpu']}/{c['torch']}" for c in expand(composed.cfg.matrix)}
+    assert set(cell_ids) <= found
+    assert len(found) == len({c.split("/")[0] for c in cell_ids}) * len({c.split("/")[1] for c in cell_ids}) * \
+        len({c.split("/")[2] for c in cell_ids})
