@@ -5,7 +5,8 @@ extra). Cheap cells as in bench/submit.py: policies with `checkpoint: {path: ...
 exporter that only starts Python, so what is measured is the orchestration. `sbatch` and `sacct` are counted by
 wrappers first on PATH; each export-matrix command runs under /usr/bin/time (wall seconds, peak RSS).
 
-1. 2,502 cells (834 policies x h100 x 3 builds: one resource signature) swept for real: the arrays it became
+1. 2,502 cells (834 policies x h100 x 3 builds: one resource signature; without a GPU gres, so the node's 16
+   CPU slots run them rather than its 4 fake GPUs) swept for real: the arrays it became
    (goal: >= 3 at MaxArraySize 1001), then `wait` until every cell has its record, then one more `wait` and a
    `status` with every job ended: sacct calls per poll (goal 1), and how many cells have a finished record.
 2. 10,002 cells (1,667 policies x h100, a100 x 3 builds) submitted held: `sweep` time, sbatch calls and arrays,
@@ -72,16 +73,16 @@ def records(out: Path) -> dict[str, int]:
 def run_2500(env: dict[str, str], bin_dir: Path, conf: Path, work: Path) -> dict:
     out = work / "run2500"
     args = ["--config-dir", str(conf), "matrix=cheap", "matrix.gpus=[h100]", "exporter=noop", f"out_dir={out}",
-            *(o for o in SMALL if o.startswith("gpus.h100."))]
+            *(o for o in SMALL if o.startswith("gpus.h100.")), "gpus.h100.slurm.gres=null"]
     sbatch_before = calls(bin_dir, "sbatch")
     sweep = timed(env, "sweep", *args, f"ckpt_dir={out / 'ckpts'}", "launcher=slurm", "launcher.prepare=null")
     arrays = json.loads((out / "manifest.json").read_text())["sweeps"]
     arrays = [a for sweep_entry in arrays.values() for a in sweep_entry["arrays"]]
     start = time.perf_counter()
-    waited = timed(env, "wait", f"out_dir={out}", "--poll-s", "10", timeout=7200)
+    waited = timed(env, "wait", "--config-dir", str(conf), f"out_dir={out}", "--poll-s", "10", timeout=7200)
     run_s = time.perf_counter() - start
     sacct_before = calls(bin_dir, "sacct")
-    timed(env, "wait", f"out_dir={out}", "--poll-s", "1")  # every job has ended: one poll
+    timed(env, "wait", "--config-dir", str(conf), f"out_dir={out}", "--poll-s", "1")  # all ended: one poll
     wait_sacct = calls(bin_dir, "sacct") - sacct_before
     sacct_before = calls(bin_dir, "sacct")
     status = timed(env, "status", *args)

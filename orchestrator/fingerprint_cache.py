@@ -52,6 +52,12 @@ class ConfigFiles:
         return _digest([self.shared, json.dumps(overrides), *(_digest([data]) for data in own),
                         self._patches(names[2], own[2])])
 
+    def knows(self, cell_id: str) -> bool:
+        """The config has the cell's policy, gpu and torch files (records made with another --config-dir may not)."""
+        names = cell_id.split("/")
+        return len(names) == 3 and all(os.path.join(group, f"{names[i]}.yaml") in self.files
+                                       for group, i in CELL_GROUPS.items())
+
     def _patches(self, build: str, text: bytes) -> str:
         if build not in self._builds:
             from .envs import _find_patch
@@ -120,6 +126,7 @@ def current_keys(out_dir: Path, cell_ids: list[str], overrides: list[str],
             keys[cell_id] = entry["key"]
         else:
             missed.append(cell_id)
+    missed = [c for c in missed if files.knows(c)]  # a cell of names the config lacks has no key to compare
     if not missed:
         return keys
     specs = current_specs(missed, overrides, config_dir)

@@ -97,6 +97,10 @@ def test_status_marks_the_edited_cells_stale(setup) -> None:
         rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
         return {row[0] for row in rows if row[-1] == "stale" and "/" in row[0]}
 
+    # a record of a policy this config lacks (swept with another --config-dir): shown, nothing to compare
+    write_record(out / "cells" / "elsewhere" / "h100" / "stock", Record(
+        cell="elsewhere/h100/stock", policy="elsewhere", gpu="h100", torch="stock", exporter="x", status="passed",
+        fingerprint={"key": "0" * 16}))
     assert stale_cells() == set()
     assert stale_cells() == set()  # from the cache
     policy = conf / "policy" / "act.yaml"
