@@ -4,9 +4,9 @@
 250 policies for that takes seconds. A cell's key is a function of its inputs: the bytes of the config files
 (the cell's own policy, gpu and torch files and every file outside those groups: config.yaml, exporters, patches,
 matrices), the overrides, this interpreter, and, for a build that is an installed interpreter, the state of its
-site-packages directories. DIR/.fingerprints.json keeps, per cell, a digest of those inputs and the key they gave;
-a cell whose inputs digest is unchanged keeps its key, and only the others are composed again. Configs that
-interpolate (`${...}`) may depend on anything, so they always take the full path.
+site-packages directories. DIR/.fingerprints.json keeps, per cell, digests of those inputs and the keys they gave
+(the last few sets of inputs); a cell whose inputs match one keeps its key, and only the others are composed
+again. Configs that interpolate (`${...}`) may depend on anything, so they always take the full path.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from .spec import CellSpec
 
 CACHE_NAME = ".fingerprints.json"
 CELL_GROUPS = {"policy": 0, "gpu": 1, "torch": 2}  # the groups a cell names one file of, by cell id part
-VERSION = 1
+VERSION = 2
+KEPT = 4  # keys kept per cell: one per set of inputs (a status with other overrides must not evict the sweep's)
 # Top-level keys whose overrides never reach a fingerprint (it hashes the policy, gpu, torch and exporter configs).
 NOT_FINGERPRINTED = frozenset({"launcher", "out_dir", "ckpt_dir", "matrix", "collect", "repeat", "parse", "hydra"})
 
@@ -121,9 +122,10 @@ def current_keys(out_dir: Path, cell_ids: list[str], overrides: list[str],
     missed: list[str] = []
     stamps: dict[str, str] = {}
     for cell_id, part in parts.items():
-        entry = cache["cells"].get(cell_id)
-        if entry and entry.get("inputs") == _inputs(part, entry, cache["pythons"], stamps):
-            keys[cell_id] = entry["key"]
+        hit = next((e["key"] for e in cache["cells"].get(cell_id) or []
+                    if e.get("inputs") == _inputs(part, e, cache["pythons"], stamps)), None)
+        if hit is not None:
+            keys[cell_id] = hit
         else:
             missed.append(cell_id)
     missed = [c for c in missed if files.knows(c)]  # a cell of names the config lacks has no key to compare
@@ -158,7 +160,9 @@ def _store(out_dir: Path, cache: dict[str, Any], parts: dict[str, str], specs: d
         if python and python not in cache["pythons"]:
             cache["pythons"][python] = {"site": _site_dirs(python)}
         entry = {"python": python, "key": spec.fingerprint["key"]}
-        cache["cells"][cell_id] = {**entry, "inputs": _inputs(parts[cell_id], entry, cache["pythons"], stamps)}
+        entry["inputs"] = _inputs(parts[cell_id], entry, cache["pythons"], stamps)
+        others = [e for e in cache["cells"].get(cell_id) or [] if e.get("inputs") != entry["inputs"]]
+        cache["cells"][cell_id] = [entry, *others][:KEPT]
     try:
         write_json_atomic(Path(out_dir) / CACHE_NAME, cache)
     except OSError:

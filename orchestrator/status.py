@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,14 +22,21 @@ from .console import aligned
 from .fingerprint_cache import current_keys
 from .selection import is_stale, recorded
 
+if TYPE_CHECKING:
+    from .slurm.follow import CellState
 
-def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None) -> int:
+
+def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None,
+                polled: list[CellState] | None = None) -> int:
+    """`polled`: the cells' states a caller (wait) has just asked Slurm for, so the table asks no second time."""
     from .slurm.follow import poll
     from .slurm.manifest import manifest_path
 
     errors = Console(stderr=True)
     jobs = {}
-    if manifest_path(out_dir).exists():
+    if polled is not None:
+        jobs = {c.cell: c for c in polled}
+    elif manifest_path(out_dir).exists():
         try:
             jobs = {c.cell: c for c in poll(out_dir)}
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:

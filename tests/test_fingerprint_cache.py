@@ -110,7 +110,8 @@ def test_status_marks_the_edited_cells_stale(setup) -> None:
 
 def test_a_sweep_leaves_the_keys_its_status_needs(setup, monkeypatch, tmp_path: Path) -> None:
     conf, _, _ = setup
-    specs = list(selection.current_specs(CELLS, [], conf).values())
+    real = selection.current_specs
+    specs = list(real(CELLS, [], conf).values())
     out = tmp_path / "swept"
     fingerprint_cache.remember(out, specs, ["matrix=tracking", "policy=act,diffusion", "launcher=slurm"], conf)
 
@@ -118,4 +119,9 @@ def test_a_sweep_leaves_the_keys_its_status_needs(setup, monkeypatch, tmp_path: 
         raise AssertionError(f"composed {args[0]}")
 
     monkeypatch.setattr(selection, "current_specs", no_compose)
+    assert fingerprint_cache.current_keys(out, CELLS, [], conf) == {s.id: s.fingerprint["key"] for s in specs}
+    monkeypatch.setattr(selection, "current_specs", real)  # another override set (wait, say) adds its own keys
+    other = fingerprint_cache.current_keys(out, CELLS, ["gpus.h100.slurm.mem_gb=3"], conf)
+    assert other != {s.id: s.fingerprint["key"] for s in specs}
+    monkeypatch.setattr(selection, "current_specs", no_compose)  # ... and evicts none of the sweep's
     assert fingerprint_cache.current_keys(out, CELLS, [], conf) == {s.id: s.fingerprint["key"] for s in specs}

@@ -56,5 +56,5 @@ def wait_command(out_dir: Path, poll_s: float | None, overrides: list[str], conf
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         console.print(f"[red]{escape(f'export-matrix: error: could not ask Slurm about the jobs: {exc}')}[/]")
         return 2
-    show_status(out_dir, overrides, config_dir)
+    show_status(out_dir, overrides, config_dir, polled=cells)  # the last poll's states: no second sacct
     return 1 if any(c.record and c.record["status"] == "error" for c in cells) else 0
