@@ -92,7 +92,7 @@ def light_builds(conf: Path, lerobot: dict[str, str]) -> None:
 
 def stale_cells(common: list[str]) -> set[str]:
     rows = [line.split() for line in cli("status", *common).stdout.splitlines() if "/h100/" in line]
-    return {row[1] for row in rows if "stale" in row}
+    return {row[0] for row in rows if "stale" in row}  # the cell id leads each row of the status table
 
 
 def test_bump_makes_one_build_stale_and_reruns_touch_only_those(tmp_path: Path) -> None:
