@@ -33,17 +33,18 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None,
     from .slurm.manifest import manifest_path
 
     errors = Console(stderr=True)
+    overrides, selection = split_selection(overrides)
+    every = recorded(out_dir)  # read once: poll settles ended jobs from these
     jobs = {}
     if polled is not None:
         jobs = {c.cell: c for c in polled}
     elif manifest_path(out_dir).exists():
         try:
-            jobs = {c.cell: c for c in poll(out_dir)}
+            jobs = {c.cell: c for c in poll(out_dir, records=every)}
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             why = escape(f"could not ask Slurm about the sweep's jobs ({exc}); showing the records")
             errors.print(f"[yellow]{why}[/]")
-    overrides, selection = split_selection(overrides)
-    records = {c: r for c, r in recorded(out_dir).items() if selected(c, selection)}
+    records = {c: r for c, r in every.items() if selected(c, selection)}
     jobs = {c: state for c, state in jobs.items() if selected(c, selection)}
     for cell_id, state in jobs.items():  # poll wrote the records it settled; a cell may have none yet
         if state.record is not None:

@@ -86,14 +86,15 @@ def _age_s(stamp: str | None) -> float:
     return (datetime.now(UTC) - datetime.fromisoformat(stamp)).total_seconds()
 
 
-def poll(out_dir: Path, cells: list[str] | None = None) -> list[CellState]:
+def poll(out_dir: Path, cells: list[str] | None = None,
+         records: dict[str, dict[str, Any]] | None = None) -> list[CellState]:
     """Ask Slurm about every job of the manifest (one sacct call), settle the ended ones, return each cell."""
     from ..selection import recorded
 
     manifest = read_manifest(out_dir)
     entries = {c: e for c, e in manifest["cells"].items() if cells is None or c in cells}
     states = sacct([e["job_id"] for e in entries.values()])
-    records = recorded(Path(out_dir))
+    records = recorded(Path(out_dir)) if records is None else records  # status passes the ones it has read
     found = []
     for cell_id, entry in entries.items():
         job = lookup(states, entry["job_id"])
