@@ -15,7 +15,7 @@ an exporter that only starts Python (`{python} -c pass`):
     job). The launcher takes one set of resources per multirun, so one multirun per partition, both started at
     once (each blocks until its jobs end, as a user backgrounds them); timed from their start until every job
     is submitted (sbatch answered, each task's pickle in place) and squeue lists it, then killed;
-  - `export-matrix status` on the 1,500-cell manifest: its sacct calls and wall time.
+  - `export-matrix status` on the 1,500-cell manifest: its sacct calls and wall time (the median of 3 runs).
 Both sides ask for the same resources: partition, gres gpu:<kind>:1, 1 CPU, 3 GB, 65 min, --requeue,
 USR2 30 s before the limit, at most 64 tasks of an array at once.
 
@@ -48,6 +48,7 @@ TIMEOUT_MIN = 30  # each policy's; a job's --time is 2 x 30 + 5 = 65 min on both
 JOB_TIME_MIN = 2 * TIMEOUT_MIN + 5
 PARALLELISM = 64
 SIGNAL_DELAY_S = 30
+STATUS_RUNS = 3  # status is timed this many times per repeat (the median is its figure): this machine is noisy
 HYDRA_KINDS = ("groups", "values")
 HYDRA_APP = f'''
 import json
@@ -187,13 +188,13 @@ def tool_side(env: dict[str, str], bin_dir: Path, conf: Path, out: Path, cells: 
     arrays = manifest_arrays(out)
     in_queue = queued(arrays)
     sacct_before = calls(bin_dir, "sacct")
-    status_s = cli(env, "status", *args)
-    sacct_calls = calls(bin_dir, "sacct") - sacct_before
+    status_s = [cli(env, "status", *args) for _ in range(STATUS_RUNS)]
+    sacct_calls = (calls(bin_dir, "sacct") - sacct_before) / STATUS_RUNS
     subprocess.run(["scancel", *arrays], check=True)
     if in_queue != cells:
         raise SystemExit(f"tool: squeue lists {in_queue} of {cells} jobs")
-    return {"sweep_s": sweep_s, "sbatch_calls": sbatch_calls, "status_s": status_s, "sacct_calls": sacct_calls,
-            "arrays": len(arrays)}
+    return {"sweep_s": sweep_s, "sbatch_calls": sbatch_calls, "status_s": statistics.median(status_s),
+            "status_runs_s": status_s, "sacct_calls": sacct_calls, "arrays": len(arrays)}
 
 
 def queued(ids: list[str]) -> int:
@@ -332,6 +333,7 @@ def main() -> None:
         apps = {kind: hydra_app(work, args.policies, kind) for kind in HYDRA_KINDS}
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
                "HYDRA_FULL_ERROR": "1"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # set on the dev machine; a user's Python caches its bytecode
         for repeat in range(args.repeats):
             order = ["tool", *HYDRA_KINDS]
             order = order if repeat % 2 == 0 else order[::-1]
@@ -355,7 +357,8 @@ def main() -> None:
     ratios = {kind: statistics.median(r[f"ratio_{kind}"] for r in rounds) for kind in HYDRA_KINDS}
     goals = {"sbatch_calls_one_per_signature": all(r["tool_sbatch_calls"] == signatures for r in rounds),
              **{f"ratio_vs_hydra_{kind}_le_0.5": ratios[kind] <= 0.5 for kind in HYDRA_KINDS},
-             "sacct_calls_per_status_1": all(r["tool_sacct_calls"] == 1 for r in rounds)}
+             "sacct_calls_per_status_1": all(r["tool_sacct_calls"] == 1 for r in rounds),
+             "status_lt_1s": median(rounds, "tool_status_s") < 1.0}
     summary = {
         "date": date.today().isoformat(), "cpus": os.cpu_count(),
         "slurm": subprocess.run(["sinfo", "--version"], capture_output=True, text=True).stdout.strip(),
@@ -365,7 +368,7 @@ def main() -> None:
                    **{f"hydra_{k}_submit_s": median(rounds, f"hydra_{k}_submit_s") for k in HYDRA_KINDS},
                    **{f"ratio_vs_hydra_{k}": round(ratios[k], 3) for k in HYDRA_KINDS}},
         "goals": {"sbatch_calls": f"one per resource signature ({signatures})", "ratio": "<= 0.5",
-                  "sacct_calls_per_status": 1, "met": goals},
+                  "sacct_calls_per_status": 1, "status_s": "< 1", "met": goals},
         "tracking_96": {
             "cells": 96, "sbatch_calls_per_cell": 96, "repeats": [rounded(t) for t in tracked],
             **{f"{k}_median": median(tracked, k) for k in ("arrays_sweep_s", "per_cell_submit_s", "status_s")}},
@@ -395,8 +398,8 @@ def report(summary: dict, rounds: list[dict], tracked: list[dict], ratios: dict,
                f"<= 0.5x: {mark[goals[f'ratio_vs_hydra_{k}_le_0.5']]}") for k in HYDRA_KINDS),
             ("sacct calls per status poll", each(str(r["tool_sacct_calls"]) for r in rounds), "",
              f"1: {mark[goals['sacct_calls_per_status_1']]}"),
-            ("status s (1,500-cell manifest)", each(f"{r['tool_status_s']:.2f}" for r in rounds),
-             f"{summary['median']['tool_status_s']:.2f}", ""),
+            ("status s (1,500-cell manifest, median of 3)", each(f"{r['tool_status_s']:.2f}" for r in rounds),
+             f"{summary['median']['tool_status_s']:.2f}", f"< 1 s: {mark[goals['status_lt_1s']]}"),
             ("tracking 96: sbatch calls arrays", each(str(t["sbatch_calls_arrays"]) for t in tracked), "", "vs 96"),
             ("tracking 96: sweep s (arrays)", each(f"{t['arrays_sweep_s']:.2f}" for t in tracked),
              f"{summary['tracking_96']['arrays_sweep_s_median']:.2f}", ""),

@@ -14,7 +14,8 @@ from typing import Any
 
 from .checkpoints import checkpoint_key, make_random_command
 from .config import ConfigError
-from .job import BUNDLE_DIR, PROBE, export_command, job_env
+from .envs import PROBE
+from .job import BUNDLE_DIR, export_command, job_env
 from .selection import current_specs
 
 

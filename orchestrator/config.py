@@ -16,6 +16,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.object_type import ObjectType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
@@ -107,9 +108,7 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
     try:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(dirs[0]), version_base=None):
-            loader = GlobalHydra.instance().config_loader()
-            options = {group: loader.get_group_options(group, config_name=PRIMARY, overrides=search)
-                       for group in (*AXES, "matrix", "launcher")}
+            options = _group_options(search)
             for override in overrides:
                 key, _, value = override.lstrip("+").partition("=")
                 if key in CHOICE_GROUPS and value not in options[key] and value != "null":
@@ -151,6 +150,14 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
     except yaml.YAMLError as exc:
         raise yaml_error(exc) from None
     return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs, selection=selection)
+
+
+def _group_options(search: list[str]) -> dict[str, list[str]]:
+    """Each group's config names. The loader's get_group_options builds the search path's repository again for
+    every group (loading the primary config each time); one repository answers them all."""
+    loader = GlobalHydra.instance().config_loader()
+    _, repository = loader._parse_overrides_and_create_caching_repo(PRIMARY, search)  # type: ignore[attr-defined]
+    return {group: repository.get_group_options(group, ObjectType.CONFIG) for group in (*AXES, "matrix", "launcher")}
 
 
 def _compose_many(search: list[str], names: dict[str, list[str]], not_exporters: list[str], overrides: list[str],

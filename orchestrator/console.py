@@ -47,16 +47,16 @@ def summarize(records: Iterable[dict[str, Any]]) -> str:
 
 
 def aligned(title: str, columns: list[str], rows: list[list[str]], caption: str) -> Text:
-    """Columns padded to their widest value; the status styled, stale marks in yellow."""
+    """Columns padded to their widest value; the status (column 1) styled, the last column (stale marks) in yellow.
+    A few spans per row: rich renders each span, and a status lists thousands of rows."""
     widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
     text = Text(title + "\n", style="italic")
     text.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n", style="bold")
     for row in rows:
-        for i, (value, width) in enumerate(zip(row, widths, strict=True)):
-            style = SHOWN_STYLE.get(value, "white") if i == 1 else ("yellow" if columns[i] == "stale" else None)
-            text.append(value.ljust(width) if i < len(row) - 1 else value, style=style)
-            if i < len(row) - 1:
-                text.append("  ")
-        text.append("\n")
+        padded = [value.ljust(width) for value, width in zip(row, widths, strict=True)]
+        text.append(padded[0] + "  ")
+        text.append(padded[1], style=SHOWN_STYLE.get(row[1], "white"))
+        text.append("  " + "  ".join(padded[2:-1]) + "  ")
+        text.append(row[-1] + "\n", style="yellow")
     text.append(caption, style="dim")
     return text

@@ -22,6 +22,7 @@ from .atomic import write_json_atomic
 
 RECIPE_KEYS = ("python_version", "pip", "index_url", "lerobot", "transformers", "patches")
 FINGERPRINT = "export-matrix-env.json"
+PROBE = Path(__file__).parent / "scripts" / "probe.py"  # run with a build's interpreter: what it has
 
 
 class EnvBuildError(RuntimeError):
@@ -196,11 +197,8 @@ def env_fingerprint(python: str) -> dict[str, Any]:
     marker = Path(python).parent.parent / FINGERPRINT
     if marker.exists():
         return json.loads(marker.read_text())
-    script = ("import importlib.metadata as m, json, os, platform, sys; print(json.dumps({'python_version': "
-              "platform.python_version(), 'freeze': sorted(f\"{d.metadata['Name']}=={d.version}\" "
-              "for d in m.distributions()), 'site': [p for p in sys.path if p and os.path.isdir(p)]}))")
     try:
-        done = subprocess.run([python, "-c", script], capture_output=True, text=True)
+        done = subprocess.run([python, str(PROBE), "--installed"], capture_output=True, text=True)
     except OSError:
         return {"missing": python}
     if done.returncode != 0:

@@ -22,6 +22,7 @@ import yaml
 
 from .atomic import write_json_atomic
 from .config import PACKAGE_CONF, split_selection
+from .jsonio import loads
 from .spec import CellSpec
 
 CACHE_NAME = ".fingerprints.json"
@@ -46,12 +47,19 @@ class ConfigFiles:
         shared = sorted((name, data) for name, data in self.files.items() if name.split(os.sep)[0] not in CELL_GROUPS)
         self.shared = _digest([sys.executable, *(f"{name}:{_digest([data])}" for name, data in shared)])
         self._builds: dict[str, str] = {}
+        self._digests: dict[str, str] = {}
 
     def cell_part(self, cell_id: str, overrides: list[str]) -> str:
         names = cell_id.split("/")
-        own = [self.files.get(os.path.join(group, f"{names[i]}.yaml"), b"") for group, i in CELL_GROUPS.items()]
-        return _digest([self.shared, json.dumps(overrides), *(_digest([data]) for data in own),
-                        self._patches(names[2], own[2])])
+        own = [self._file_digest(f"{group}{os.sep}{names[i]}.yaml") for group, i in CELL_GROUPS.items()]
+        return _digest([self.shared, json.dumps(overrides), *own, self._patches(names[2])])
+
+    def _file_digest(self, name: str) -> str:
+        """Each file's digest once: a status digests thousands of cells that share a few hundred files."""
+        found = self._digests.get(name)
+        if found is None:
+            found = self._digests[name] = _digest([self.files.get(name, b"")])
+        return found
 
     def knows(self, cell_id: str) -> bool:
         """The config has the cell's policy, gpu and torch files (records made with another --config-dir may not)."""
@@ -59,11 +67,12 @@ class ConfigFiles:
         return len(names) == 3 and all(os.path.join(group, f"{names[i]}.yaml") in self.files
                                        for group, i in CELL_GROUPS.items())
 
-    def _patches(self, build: str, text: bytes) -> str:
+    def _patches(self, build: str) -> str:
         if build not in self._builds:
             from .envs import _find_patch
 
             try:
+                text = self.files.get(f"torch{os.sep}{build}.yaml", b"")
                 patches = (yaml.safe_load(text) or {}).get("patches") or []
             except (yaml.YAMLError, AttributeError):
                 patches = []
@@ -100,7 +109,7 @@ def _inputs(part: str, entry: dict[str, Any], pythons: dict[str, Any], stamps: d
 
 def read_cache(out_dir: Path) -> dict[str, Any]:
     try:
-        data = json.loads((Path(out_dir) / CACHE_NAME).read_text())
+        data = loads((Path(out_dir) / CACHE_NAME).read_bytes())
     except (OSError, ValueError):
         return {"version": VERSION, "cells": {}, "pythons": {}}
     if not isinstance(data, dict) or data.get("version") != VERSION:

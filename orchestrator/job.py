@@ -18,6 +18,7 @@ from typing import Any
 
 from . import gpu, owner
 from .checkpoints import CheckpointFailed, ensure_random_checkpoint
+from .envs import PROBE
 from .logparse import last_error_line, parse_log, tail
 from .process import StepInterrupted, run_logged
 from .record import Record, Status, Step, read_record, write_record
@@ -26,7 +27,6 @@ from .spec import PACKAGE_DIR, CellSpec
 EXPORT_LOG = "export.log"
 MAKE_RANDOM_LOG = "make_random.log"
 BUNDLE_DIR = "bundle"
-PROBE = PACKAGE_DIR / "scripts" / "probe.py"
 INDUCTOR_CACHE = "inductor_cache"
 
 

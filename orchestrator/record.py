@@ -6,7 +6,7 @@ Every job writes one, also when a step crashes, is killed or times out, so the c
 from __future__ import annotations
 
 import fcntl
-import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import write_json_atomic
+from .jsonio import loads
 
 RECORD_NAME = "record.json"
 LOCK_NAME = ".record.lock"
@@ -103,8 +104,10 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in _FIELDS})
+
+
+_FIELDS = frozenset(f.name for f in fields(Record))
 
 
 def write_record(cell_dir: Path, record: Record) -> bool:
@@ -127,18 +130,19 @@ def cell_lock(cell_dir: Path) -> Iterator[None]:
         yield
 
 
-def read_record(cell_dir: Path) -> Record | None:
+def read_record(cell_dir: Path | str) -> Record | None:
     """The cell's record; None where it has none; an `unreadable` record naming the file where it cannot be read,
     so no caller crashes on a truncated file and none takes it for a result."""
-    path = cell_dir / RECORD_NAME
+    path = os.path.join(cell_dir, RECORD_NAME)
     try:
-        text = path.read_text()
+        with open(path, "rb") as handle:
+            text = handle.read()
     except FileNotFoundError:
         return None
     except OSError as exc:
         return unreadable(path, exc)
     try:
-        data = json.loads(text)
+        data = loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"a JSON {type(data).__name__}, not an object")
         return Record.from_dict(data)
@@ -146,8 +150,29 @@ def read_record(cell_dir: Path) -> Record | None:
         return unreadable(path, exc)
 
 
-def unreadable(path: Path, exc: Exception) -> Record:
-    policy, gpu, torch = path.parent.parts[-3:]
+def record_paths(out_dir: Path | str) -> list[str]:
+    """The record.json of every cell directory under out_dir/cells, sorted by cell id. Three os.scandir levels
+    (no glob, no Path per entry): status and collect walk thousands of cells."""
+    found: list[str] = []
+    for level1 in dirs(os.path.join(out_dir, "cells")):
+        for level2 in dirs(level1):
+            for level3 in dirs(level2):
+                found.append(os.path.join(level3, RECORD_NAME))
+    found.sort()
+    return found
+
+
+def dirs(path: str) -> list[str]:
+    """The subdirectories of path (none where it is missing), hidden ones left out."""
+    try:
+        with os.scandir(path) as entries:
+            return [e.path for e in entries if e.is_dir() and not e.name.startswith(".")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def unreadable(path: Path | str, exc: Exception) -> Record:
+    policy, gpu, torch = Path(path).parent.parts[-3:]
     reason = " ".join(str(exc).split()) or type(exc).__name__
     return Record(cell=f"{policy}/{gpu}/{torch}", policy=policy, gpu=gpu, torch=torch, exporter="", status=UNREADABLE,
                   error=f"unreadable {path}: {reason}")

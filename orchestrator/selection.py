@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 from pathlib import Path
 from typing import Any
 
 from . import owner
 from .config import ConfigError, compose_config, selected, split_selection
-from .record import RECORD_NAME, UNFINISHED, read_record
+from .record import UNFINISHED, read_record, record_paths
 from .spec import CellSpec
 
 
@@ -16,11 +17,13 @@ def recorded(out_dir: Path) -> dict[str, dict[str, Any]]:
     """Every cell that has a record under out_dir, by id (status `unreadable` where the file cannot be read);
     records abandoned by a sweep or job that died are settled on the way (owner.py)."""
     found = {}
-    for path in sorted((out_dir / "cells").glob(f"*/*/*/{RECORD_NAME}")):
-        record = read_record(path.parent)
+    for path in record_paths(out_dir):
+        cell_dir = os.path.dirname(path)
+        record = read_record(cell_dir)
         if record is not None:
-            record = owner.settle(path.parent, record)
-            found["/".join(path.parent.parts[-3:])] = dict(vars(record))  # shallow: the Record is dropped
+            if record.status in UNFINISHED:
+                record = owner.settle(Path(cell_dir), record)
+            found["/".join(cell_dir.rsplit(os.sep, 3)[1:])] = dict(vars(record))  # shallow: the Record is dropped
     return found
 
 

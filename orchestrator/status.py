@@ -70,6 +70,10 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None,
         rows.append([cell_id, status, str(record.get("attempt", "")), record.get("failed_step") or "", diff,
                      *(str(s) for s in slurm), stale])
     caption = "  ".join(f"{n} {s}" for s, n in sorted(shown.items()))
-    Console(width=None if sys.stdout.isatty() else 200).print(
-        aligned(f"{len(cells)} cells under {out_dir}", columns, rows, caption), soft_wrap=True)
+    table = aligned(f"{len(cells)} cells under {out_dir}", columns, rows, caption)
+    out = Console(width=None if sys.stdout.isatty() else 200)
+    if out.color_system is None:  # piped: the plain text, without rich rendering every span of every row
+        sys.stdout.write(table.plain + "\n")
+    else:
+        out.print(table, soft_wrap=True)
     return 0

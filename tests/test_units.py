@@ -92,3 +92,35 @@ def test_covering_holds_every_cell_and_composes(cell_ids: list[str]) -> None:
     assert set(cell_ids) <= found
     assert len(found) == len({c.split("/")[0] for c in cell_ids}) * len({c.split("/")[1] for c in cell_ids}) * \
         len({c.split("/")[2] for c in cell_ids})
+
+
+def test_a_record_with_nan_reads_back(tmp_path: Path) -> None:
+    """json writes NaN and Infinity, which orjson refuses: such a record must still read, not turn unreadable."""
+    from orchestrator.record import read_record, write_record
+
+    cell = tmp_path / "cells" / "act" / "h100" / "stock"
+    write_record(cell, Record(cell="act/h100/stock", policy="act", gpu="h100", torch="stock", exporter="x",
+                              status=Status.FAILED, max_diff=float("nan"), speedup=float("inf")))
+    back = read_record(cell)
+    assert back is not None and back.status == "failed"
+    assert back.max_diff != back.max_diff and back.speedup == float("inf")
+    (cell / "record.json").write_text('{"cell": "act/h100/stock", "status": ')
+    assert read_record(cell).status == Status.UNREADABLE
+
+
+def test_an_interpreters_fingerprint_does_not_depend_on_the_working_directory(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A *.dist-info (or a checkout's *.egg-info) in the directory a command runs from is not installed."""
+    import sys
+
+    from orchestrator.envs import env_fingerprint
+
+    here = tmp_path / "checkout"
+    (here / "fake_pkg-9.9.dist-info").mkdir(parents=True)
+    (here / "fake_pkg-9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-pkg\nVersion: 9.9\n")
+    monkeypatch.chdir(here)
+    inside = env_fingerprint(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    outside = env_fingerprint(sys.executable)
+    assert "fake-pkg==9.9" not in inside["freeze"]
+    assert inside == outside and inside["site"] and not any("scripts" in p for p in inside["site"])

@@ -20,8 +20,8 @@ from typing import Any
 import pandas as pd
 
 from ..atomic import write_bytes_atomic
-from ..record import RECORD_NAME
-from .records import COLUMNS, _dirs, read_paths, typed_cells, typed_history
+from ..record import RECORD_NAME, dirs
+from .records import COLUMNS, read_paths, typed_cells, typed_history
 
 INDEX_DIR = ".collect-index"
 VERSION = "1"
@@ -83,7 +83,7 @@ def _walk(cells_dir: str, known: dict[str, int]) -> tuple[list[str], dict[str, i
         stamps[path] = stat[1]
         if known.get(path) == stat[1]:
             return children.get(path, [])
-        return sorted(_dirs(path))
+        return sorted(dirs(path))
 
     return [cell for level1 in listing(cells_dir, 0) for level2 in listing(level1, 1)
             for level3 in listing(level2, 2) for cell in listing(level3, 3)], stamps

@@ -1,8 +1,8 @@
 """Read every `DIR/cells/<policy>/<gpu>/<torch>/record.json` into one pandas frame, one row per cell.
 
-Reading the JSON files is most of a collect's time, so the directory walk is three os.scandir levels (no glob),
-each file is one read and one json.loads, and rows are tuples (no dict per record). `collect.read_threads` reads
-with a thread pool, for storage where reads wait on the network.
+Reading the JSON files is most of a collect's time, so the directory walk is record.record_paths, each file is one
+read and one parse (jsonio), and rows are tuples (no dict per record). `collect.read_threads` reads with a thread pool,
+for storage where reads wait on the network.
 Earlier attempts (attempts/<n>/record.json) are read only for cells whose record says attempt > 1: their check
 numbers tell whether repeated runs straddle the tolerance (row 5).
 """
@@ -17,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..record import ATTEMPTS_DIR, RECORD_NAME, UNREADABLE
+from ..jsonio import loads
+from ..record import ATTEMPTS_DIR, RECORD_NAME, UNREADABLE, dirs, record_paths
 
 REPRO_EXPORTER = "repro"  # conf/exporter/repro.yaml: cells that run a standalone repro, not a policy export
 # The columns a cell keeps, in order; the record fields of the same name, plus what is derived from them.
@@ -31,31 +32,11 @@ TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "che
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
 
 
-def record_paths(out_dir: Path) -> list[str]:
-    """The record.json of every cell directory under out_dir/cells, sorted by cell id."""
-    cells = Path(out_dir) / "cells"
-    found: list[str] = []
-    for level1 in _dirs(str(cells)):
-        for level2 in _dirs(level1):
-            for level3 in _dirs(level2):
-                found.append(os.path.join(level3, RECORD_NAME))
-    found.sort()
-    return found
-
-
-def _dirs(path: str) -> list[str]:
-    try:
-        with os.scandir(path) as entries:
-            return [e.path for e in entries if e.is_dir() and not e.name.startswith(".")]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
 def _read(path: str) -> dict[str, Any] | None:
     """One record as a dict; None when the cell has no record (yet); a stand-in `error` record if unreadable."""
     try:
         with open(path, "rb") as handle:
-            data = json.loads(handle.read())
+            data = loads(handle.read())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
@@ -147,7 +128,7 @@ def _read_chunk(paths: list[str]) -> tuple[list[tuple], list[tuple]]:
 
 def _earlier_attempts(cell_dir: str, cell_id: str) -> list[tuple]:
     found = []
-    for attempt_dir in _dirs(os.path.join(cell_dir, ATTEMPTS_DIR)):
+    for attempt_dir in dirs(os.path.join(cell_dir, ATTEMPTS_DIR)):
         data = _read(os.path.join(attempt_dir, RECORD_NAME))
         if data:
             attempt = data.get("attempt")

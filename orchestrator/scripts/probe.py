@@ -1,9 +1,12 @@
-"""Print what a torch build's interpreter has, as one JSON line: its versions and, with --cuda, its CUDA device.
+"""Print what a torch build's interpreter has, as one JSON line: its versions and, with --cuda, its CUDA device;
+with --installed, its installed distributions and site directories instead.
 
-    <python> orchestrator/scripts/probe.py [--cuda]
+    <python> orchestrator/scripts/probe.py [--cuda | --installed]
 
 Run by every cell's job with the build's interpreter before make_random, so a record names the versions it ran
-with, and a cell whose exporter needs a GPU stops at once, with one line, where torch sees none. Imports only
+with, and a cell whose exporter needs a GPU stops at once, with one line, where torch sees none. `--installed` is
+what an interpreter we did not build is fingerprinted by (envs.env_fingerprint). Run as a file, not with -c, so
+the caller's working directory is not on sys.path (a *.egg-info there would count as installed). Imports only
 stdlib (and torch for --cuda): that environment need not have the orchestrator installed.
 """
 
@@ -35,6 +38,16 @@ def cuda():
     return {"available": True, "device": torch.cuda.get_device_name(), "capability": f"sm_{major}{minor}"}
 
 
+def installed():
+    """Every distribution with its version, and the site directories (sys.path[0] is this script's own)."""
+    return {"python_version": platform.python_version(),
+            "freeze": sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()),
+            "site": [p for p in sys.path[1:] if p and os.path.isdir(p)]}
+
+
+if "--installed" in sys.argv[1:]:
+    print(json.dumps(installed()))
+    sys.exit(0)
 found = {"python": platform.python_version(),
          **{name: version(name) for name in ("torch", "executorch", "lerobot", "transformers")}}
 if "--cuda" in sys.argv[1:]:

@@ -6,13 +6,13 @@ Several processes (two sweeps, a sweep and a status) update it, so every read-mo
 from __future__ import annotations
 
 import fcntl
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..atomic import write_json_atomic
+from ..jsonio import loads
 
 MANIFEST = "manifest.json"
 
@@ -25,7 +25,7 @@ def read_manifest(out_dir: Path) -> dict[str, Any]:
     path = manifest_path(out_dir)
     if not path.exists():
         return {"version": 1, "sweeps": {}, "cells": {}}
-    return json.loads(path.read_text())
+    return loads(path.read_bytes())
 
 
 @contextmanager
