@@ -282,10 +282,10 @@ def one_sbatch_per_cell(out: Path, env: dict[str, str], conf: Path) -> tuple[flo
     for spec in specs:
         res = resources(spec, settings)
         executor = submitit.AutoExecutor(folder=out / "submitit" / "%j", cluster="slurm")
-        executor.update_parameters(timeout_min=res["time_min"], cpus_per_task=res["cpus_per_task"],
-                                   mem_gb=float(res["mem_gb"]), slurm_partition=res["partition"],
-                                   slurm_gres=res["gres"], slurm_additional_parameters={"hold": True})
-        ids.append(executor.submit(CellJob(spec, 1, res["time_min"] * 60.0, 30, 1)).job_id)
+        executor.update_parameters(timeout_min=res.time_min, cpus_per_task=res.cpus_per_task,
+                                   mem_gb=float(res.mem_gb), slurm_partition=res.partition,
+                                   slurm_gres=res.gres, slurm_additional_parameters={"hold": True})
+        ids.append(executor.submit(CellJob(spec, 1, res.time_min * 60.0, 30, 1)).job_id)
     return time.perf_counter() - start, ids
 
 

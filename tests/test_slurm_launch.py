@@ -343,3 +343,24 @@ def test_make_random_runs_off_the_gpu(standin_conf: Path, sbatch_log: Path, tmp_
         ((state, elapsed),) = sacct_fields(job, "State,Elapsed")
         assert state.startswith("CANCELLED") and elapsed == "00:00:00", (state, elapsed)  # never started
     assert len(list(ckpts.glob("act-*"))) == 1
+
+
+def test_a_sweep_submitted_held_keeps_its_make_random_array_held(standin_conf: Path, sbatch_log: Path,
+                                                                  tmp_path: Path) -> None:
+    """`+launcher.sbatch.hold=true` holds every job of the sweep: the preparation array is not released either."""
+    out = tmp_path / "out"
+    done = xm(sbatch_log, "sweep", "--config-dir", str(standin_conf), "matrix=tracking", "matrix.policies=[act]",
+              "matrix.torch=[stock]", f"out_dir={out}", f"ckpt_dir={tmp_path / 'ckpts'}", *act_checkpoints("act"),
+              "launcher=slurm", "launcher.prepare.cpus_per_task=1", "launcher.prepare.mem_gb=3",
+              *small_jobs("h100", "a100"), "+launcher.sbatch.hold=true")
+    (sweep,) = manifest(out)["sweeps"].values()
+    prep = sweep["prepare"]["job_id"]
+    arrays = sorted({e["array"] for e in manifest(out)["cells"].values()})
+    try:
+        time.sleep(3)
+        states = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T %r", "-j", ",".join([prep, *arrays])],
+                                capture_output=True, text=True, check=True).stdout.split("\n")
+        shown = [line.split() for line in states if line.strip()]
+        assert len(shown) == 3 and all(s[1:] == ["PENDING", "JobHeldUser"] for s in shown), (shown, done.stderr)
+    finally:
+        subprocess.run(["scancel", prep, *arrays], check=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,31 @@ class SlurmSettings:
                       "prepare": dict(known["prepare"]) if known.get("prepare") is not None else None})
 
 
-def resources(spec: CellSpec, settings: SlurmSettings) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Resources:
+    """What a job asks of Slurm. Cells that ask the same share a job array (the manifest's `signature`)."""
+
+    partition: str | None
+    gres: str | None
+    constraint: str | None
+    cpus_per_task: int
+    mem_gb: float | None
+    time_min: int
+
+    def describe(self) -> str:
+        parts = [f"partition {self.partition or '(default)'}"]
+        if self.gres:
+            parts.append(f"gres {self.gres}")
+        if self.constraint:
+            parts.append(f"constraint {self.constraint}")
+        parts.append(f"{self.cpus_per_task} cpus")
+        if self.mem_gb:
+            parts.append(f"{self.mem_gb} GB")
+        parts.append(f"{self.time_min} min")
+        return ", ".join(parts)
+
+
+def resources(spec: CellSpec, settings: SlurmSettings) -> Resources:
     """What the cell's job asks of Slurm: its gpu's and policy's `slurm:` settings, and a time limit.
 
     The time limit is the policy's or gpu's `slurm.time_min`, else the launcher's `time_min`, else room for
@@ -62,13 +86,9 @@ def resources(spec: CellSpec, settings: SlurmSettings) -> dict[str, Any]:
     """
     slurm = spec.slurm
     time_min = slurm.get("time_min") or settings.time_min or job_timeout_min(spec)
-    return {"partition": slurm.get("partition"), "gres": slurm.get("gres"), "constraint": slurm.get("constraint"),
-            "cpus_per_task": int(slurm.get("cpus_per_task") or 1), "mem_gb": slurm.get("mem_gb"),
-            "time_min": int(time_min)}
-
-
-def signature_key(res: dict[str, Any]) -> tuple:
-    return tuple(res[k] for k in ("partition", "gres", "constraint", "cpus_per_task", "mem_gb", "time_min"))
+    return Resources(partition=slurm.get("partition"), gres=slurm.get("gres"), constraint=slurm.get("constraint"),
+                     cpus_per_task=int(slurm.get("cpus_per_task") or 1), mem_gb=slurm.get("mem_gb"),
+                     time_min=int(time_min))
 
 
 @dataclass
@@ -107,14 +127,11 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
                               f"{c.shown} (--force cancels it and submits the cell again)")
             skipped = [c.cell for c in active]
             specs = [s for s in specs if s.id not in set(skipped)]
-    groups: dict[tuple, list[CellSpec]] = {}
-    signatures: dict[tuple, dict[str, Any]] = {}
+    groups: dict[Resources, list[CellSpec]] = {}
     per_array = cluster_limits().array_tasks  # a signature larger than the cluster's arrays goes in as several
     for spec in specs:
-        res = resources(spec, settings)
-        groups.setdefault(signature_key(res), []).append(spec)
-        signatures[signature_key(res)] = res
-    batches = [(key, part) for key, group in groups.items() for part in chunks(group, per_array)]
+        groups.setdefault(resources(spec, settings), []).append(spec)
+    batches = [(res, part) for res, group in groups.items() for part in chunks(group, per_array)]
     arrays: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
     sweep = {"what": what, "submitted_at": now(), "launcher": "slurm", "poll_s": settings.poll_s}
@@ -122,16 +139,15 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
     if preparing:
         sweep["prepare"] = preparing
     try:
-        for key, group in batches:
-            _submit_batch(out_dir, settings, signatures[key], group, sweep_id, sweep, preparing, arrays, refused,
-                          console)
+        for res, group in batches:
+            _submit_batch(out_dir, settings, res, group, sweep_id, sweep, preparing, arrays, refused, console)
     finally:  # held until every GPU array is in the manifest, where a failed make_random finds its cells' jobs
-        if preparing:
+        if preparing and not settings.sbatch.get("hold"):  # a sweep submitted held stays held, this array too
             subprocess.run(["scontrol", "release", preparing["job_id"]], capture_output=True, text=True, timeout=120)
     return Submitted(sweep_id, arrays, skipped, refused)
 
 
-def _submit_batch(out_dir: Path, settings: SlurmSettings, res: dict[str, Any], group: list[CellSpec], sweep_id: str,
+def _submit_batch(out_dir: Path, settings: SlurmSettings, res: Resources, group: list[CellSpec], sweep_id: str,
                   sweep: dict[str, Any], preparing: dict[str, Any] | None, arrays: list[dict[str, Any]],
                   refused: list[dict[str, Any]], console: Console) -> None:
     """One GPU job array: its cells' pending records, sbatch, the manifest; or their records if sbatch says no."""
@@ -141,22 +157,23 @@ def _submit_batch(out_dir: Path, settings: SlurmSettings, res: dict[str, Any], g
         jobs = _submit_array(out_dir, settings, res, group, attempts, after)
     except Exception as exc:  # sbatch refused the array (bad partition, account, resources)
         reason = (str(exc).strip().splitlines() or [repr(exc)])[-1]
-        console.print(f"[bold red]sbatch refused[/] {len(group)} cells {escape(f'({_describe(res)}): {reason}')}")
+        console.print(f"[bold red]sbatch refused[/] {len(group)} cells {escape(f'({res.describe()}): {reason}')}")
         refused += [refuse(spec, attempts[spec.id], "submit", f"sbatch refused the job array: {reason}")
                     for spec in group]
         return
     array_id = str(jobs[0].job_id).split("_")[0]
     submitted_at = now()
+    signature = asdict(res)
     cells = {spec.id: {"job_id": str(job.job_id), "array": array_id, "sweep": sweep_id,
                        "attempt": attempts[spec.id], "fingerprint": spec.fingerprint.get("key"),
-                       "configs": spec.configs, "signature": res, "time_min": res["time_min"],
+                       "configs": spec.configs, "signature": signature, "time_min": res.time_min,
                        "submitted_at": submitted_at, "out_dir": spec.out_dir, "exporter": spec.exporter,
                        "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
              for spec, job in zip(group, jobs, strict=True)}
-    array = {"job_id": array_id, "cells": len(group), "signature": res}
+    array = {"job_id": array_id, "cells": len(group), "signature": signature}
     arrays.append(array)
     merge_manifest(out_dir, sweep_id, {**sweep, "arrays": [array]}, cells)
-    console.print(f"[green]submitted[/] job array {array_id}: {len(group)} cells, {escape(_describe(res))}"
+    console.print(f"[green]submitted[/] job array {array_id}: {len(group)} cells, {escape(res.describe())}"
                   + (f", after {preparing['job_id']}" if preparing else ""))
 
 
@@ -187,45 +204,32 @@ def _submit_prepare(out_dir: Path, settings: SlurmSettings, tasks: list[Checkpoi
                       "builds its own random checkpoint[/]")
         return None
     array_id = str(jobs[0].job_id).split("_")[0]
-    res = {"partition": conf.get("partition"), "gres": None, "constraint": conf.get("constraint"),
-           "cpus_per_task": params["cpus_per_task"], "mem_gb": conf.get("mem_gb"), "time_min": time_min}
+    res = Resources(partition=conf.get("partition"), gres=None, constraint=conf.get("constraint"),
+                    cpus_per_task=params["cpus_per_task"], mem_gb=conf.get("mem_gb"), time_min=time_min)
     console.print(f"[green]submitted[/] make_random array {array_id}: {len(tasks)} random checkpoints, "
-                  f"{escape(_describe(res))}")
+                  f"{escape(res.describe())}")
     return {"job_id": array_id, "checkpoints": len(tasks), "time_min": time_min}
 
 
-def _describe(res: dict[str, Any]) -> str:
-    parts = [f"partition {res['partition'] or '(default)'}"]
-    if res["gres"]:
-        parts.append(f"gres {res['gres']}")
-    if res["constraint"]:
-        parts.append(f"constraint {res['constraint']}")
-    parts.append(f"{res['cpus_per_task']} cpus")
-    if res["mem_gb"]:
-        parts.append(f"{res['mem_gb']} GB")
-    parts.append(f"{res['time_min']} min")
-    return ", ".join(parts)
-
-
-def _submit_array(out_dir: Path, settings: SlurmSettings, res: dict[str, Any], group: list[CellSpec],
+def _submit_array(out_dir: Path, settings: SlurmSettings, res: Resources, group: list[CellSpec],
                   attempts: dict[str, int], after: dict[str, str]) -> list[submitit.Job]:
     executor = _executor(out_dir, settings)  # a fresh one per array: parameters left unset stay unset
     params: dict[str, Any] = {
-        "name": f"export-matrix-{res['partition'] or 'default'}", "timeout_min": res["time_min"],
-        "cpus_per_task": res["cpus_per_task"], "slurm_partition": res["partition"], "slurm_gres": res["gres"],
-        "slurm_constraint": res["constraint"], "slurm_array_parallelism": settings.array_parallelism,
+        "name": f"export-matrix-{res.partition or 'default'}", "timeout_min": res.time_min,
+        "cpus_per_task": res.cpus_per_task, "slurm_partition": res.partition, "slurm_gres": res.gres,
+        "slurm_constraint": res.constraint, "slurm_array_parallelism": settings.array_parallelism,
         "slurm_signal_delay_s": settings.signal_delay_s,
         # --requeue: Slurm may run a job again after a node failure or a preemption (CellJob counts the runs)
         "slurm_additional_parameters": {"requeue": True, **settings.sbatch, **after},
         "slurm_setup": list(settings.setup) or None,
     }
-    if res["mem_gb"]:
-        params["mem_gb"] = float(res["mem_gb"])
+    if res.mem_gb:
+        params["mem_gb"] = float(res.mem_gb)
     executor.update_parameters(**params)
     jobs = []
     with executor.batch():
         for spec in group:
-            jobs.append(executor.submit(CellJob(spec, attempts[spec.id], res["time_min"] * 60.0,
+            jobs.append(executor.submit(CellJob(spec, attempts[spec.id], res.time_min * 60.0,
                                                 settings.signal_delay_s, settings.max_requeues)))
     return jobs
 
