@@ -5,15 +5,16 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any
 
 from .config import Composed, ConfigError, axis_list, number, to_plain
 from .envs import EnvRecipe, is_recipe, recipe_of
 from .fingerprint import env_identity, fingerprint
 from .spec import CellSpec
 from .validate import AXES, validate
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 AXIS_KEYS = ("policy", "gpu", "torch")
 

@@ -166,17 +166,19 @@ def out_dir_only(overrides: list[str]) -> list[str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from .out_dir_cache import composed_out_dir
     from .status import show_status
 
-    composed = compose_config(out_dir_only(args.overrides), args.config_dir)
-    return show_status(Path(composed.cfg.out_dir), args.overrides, args.config_dir)
+    return show_status(composed_out_dir(out_dir_only(args.overrides), args.config_dir), args.overrides,
+                       args.config_dir)
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
+    from .out_dir_cache import composed_out_dir
     from .slurm.commands import wait_command
 
-    composed = compose_config(out_dir_only(args.overrides), args.config_dir)
-    return wait_command(Path(composed.cfg.out_dir), args.poll_s, args.overrides, args.config_dir)
+    return wait_command(composed_out_dir(out_dir_only(args.overrides), args.config_dir), args.poll_s,
+                        args.overrides, args.config_dir)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:

@@ -10,16 +10,15 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.object_type import ObjectType
-from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+# Hydra is imported where a config is composed, not with this module: importing it takes a third of a second,
+# and `status` and `wait` usually need no composition (out_dir_cache.py).
 
 PACKAGE_CONF = Path(__file__).resolve().parent.parent / "conf"
 PRIMARY = "export_matrix"
@@ -98,6 +97,11 @@ def _axis_override(override: str) -> bool:
 
 def compose_config(overrides: list[str], config_dir: Path | None = None) -> Composed:
     """Compose the primary config and every axis config its matrix needs; raise ConfigError on bad input."""
+    from hydra import initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
     overrides, selection = split_selection(overrides)
     dirs = [PACKAGE_CONF] if config_dir is None else [Path(config_dir).resolve(), PACKAGE_CONF]
     if config_dir is not None and not dirs[0].is_dir():
@@ -155,6 +159,9 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
 def _group_options(search: list[str]) -> dict[str, list[str]]:
     """Each group's config names. The loader's get_group_options builds the search path's repository again for
     every group (loading the primary config each time); one repository answers them all."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.object_type import ObjectType
+
     loader = GlobalHydra.instance().config_loader()
     _, repository = loader._parse_overrides_and_create_caching_repo(PRIMARY, search)  # type: ignore[attr-defined]
     return {group: repository.get_group_options(group, ObjectType.CONFIG) for group in (*AXES, "matrix", "launcher")}
@@ -166,6 +173,8 @@ def _compose_many(search: list[str], names: dict[str, list[str]], not_exporters:
     the whole tree each time, so one composition of N policies costs O(N²) (800 policies: minutes). Policies go in
     chunks of POLICY_CHUNK, each with every GPU and build and the overrides that concern it, and are joined; the
     exporters are composed apart and added."""
+    from omegaconf import OmegaConf, open_dict
+
     others = [f"+{group}@{AXES[group]}.{n}={n}" for group in ("gpu", "torch") for n in names[group]]
     policies = names["policy"]
     parts = []
@@ -196,6 +205,10 @@ def _override_policy(override: str) -> str | None:
 
 
 def _compose(overrides: list[str]) -> DictConfig:
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         return compose(PRIMARY, overrides=overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as exc:
@@ -259,6 +272,8 @@ def _exporter_names(cfg: DictConfig, choices: dict[str, Any], axes: dict[str, li
 
 def to_plain(node: Any) -> Any:
     """Resolved plain Python containers, so job specs pickle without OmegaConf."""
-    if isinstance(node, DictConfig) or OmegaConf.is_config(node):
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(node):
         return OmegaConf.to_container(node, resolve=True)
     return node

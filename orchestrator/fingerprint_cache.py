@@ -41,24 +41,33 @@ class ConfigFiles:
         self.dirs = [PACKAGE_CONF] if config_dir is None else [Path(config_dir).resolve(), PACKAGE_CONF]
         self.files: dict[str, bytes] = {}
         for directory in reversed(self.dirs):
-            for path in directory.rglob("*.yaml"):
-                self.files[str(path.relative_to(directory))] = path.read_bytes()
+            for parent, _, names in os.walk(directory):  # os.walk: rglob's Path per file costs more than the reads
+                relative = os.path.relpath(parent, directory)
+                for name in names:
+                    if name.endswith(".yaml"):
+                        with open(os.path.join(parent, name), "rb") as handle:
+                            self.files[name if relative == "." else os.path.join(relative, name)] = handle.read()
         self.interpolates = any(b"${" in data for data in self.files.values())
         shared = sorted((name, data) for name, data in self.files.items() if name.split(os.sep)[0] not in CELL_GROUPS)
-        self.shared = _digest([sys.executable, *(f"{name}:{_digest([data])}" for name, data in shared)])
+        self.shared = digest([sys.executable, *(f"{name}:{digest([data])}" for name, data in shared)])
         self._builds: dict[str, str] = {}
         self._digests: dict[str, str] = {}
 
+    @property
+    def everything(self) -> str:
+        """A digest of every file, by name."""
+        return digest([f"{name}:{self._filedigest(name)}" for name in sorted(self.files)])
+
     def cell_part(self, cell_id: str, overrides: list[str]) -> str:
         names = cell_id.split("/")
-        own = [self._file_digest(f"{group}{os.sep}{names[i]}.yaml") for group, i in CELL_GROUPS.items()]
-        return _digest([self.shared, json.dumps(overrides), *own, self._patches(names[2])])
+        own = [self._filedigest(f"{group}{os.sep}{names[i]}.yaml") for group, i in CELL_GROUPS.items()]
+        return digest([self.shared, json.dumps(overrides), *own, self._patches(names[2])])
 
-    def _file_digest(self, name: str) -> str:
+    def _filedigest(self, name: str) -> str:
         """Each file's digest once: a status digests thousands of cells that share a few hundred files."""
         found = self._digests.get(name)
         if found is None:
-            found = self._digests[name] = _digest([self.files.get(name, b"")])
+            found = self._digests[name] = digest([self.files.get(name, b"")])
         return found
 
     def knows(self, cell_id: str) -> bool:
@@ -77,11 +86,11 @@ class ConfigFiles:
             except (yaml.YAMLError, AttributeError):
                 patches = []
             found = [_find_patch(build, str(p), self.dirs) for p in patches if isinstance(p, str)]
-            self._builds[build] = _digest([p.read_bytes() if p.is_file() else b"missing" for p in found])
+            self._builds[build] = digest([p.read_bytes() if p.is_file() else b"missing" for p in found])
         return self._builds[build]
 
 
-def _digest(parts: list[str | bytes]) -> str:
+def digest(parts: list[str | bytes]) -> str:
     sha = hashlib.sha256()
     for part in parts:
         sha.update(part if isinstance(part, bytes) else part.encode())
@@ -104,7 +113,7 @@ def _inputs(part: str, entry: dict[str, Any], pythons: dict[str, Any], stamps: d
     python = entry.get("python") or ""
     if python not in stamps:
         stamps[python] = json.dumps(site_stamp(pythons.get(python, {}).get("site") or []))
-    return _digest([part, stamps[python]])
+    return digest([part, stamps[python]])
 
 
 def read_cache(out_dir: Path) -> dict[str, Any]:

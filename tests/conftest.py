@@ -25,6 +25,14 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache(tmp_path_factory: pytest.TempPathFactory):
+    """The commands' user cache (out_dir_cache.py) in a temp dir, for every process the tests start."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("user_cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def standin_conf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Torch builds that are this interpreter, with the stand-in lerobot-export first on PATH."""

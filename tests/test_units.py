@@ -11,7 +11,7 @@ from orchestrator.config import compose_config
 from orchestrator.record import Record, Status
 from orchestrator.selection import covering
 from orchestrator.slurm.sacct import JobState, lookup, parse_sacct
-from orchestrator.slurm.settle import settle
+from orchestrator.slurm.settle import settle, settled
 
 LINE = "{id}|{state}|{exit}|00:01:02|01:05:00|node-h100|2026-12-03T10:00:00"
 
@@ -44,12 +44,13 @@ def record(status: str, **fields) -> Record:
                   **fields)
 
 
-@pytest.mark.parametrize(("before", "slurm", "status", "error_part"), [
+SETTLE_CASES = [
     (record("passed"), JobState("7_1", "COMPLETED"), "passed", None),  # the job's own record stays
     (record("running"), JobState("7_1", "COMPLETED"), "error", "without finishing its record"),
     (record("failed", error="E"), JobState("7_1", "FAILED", "1:0"), "failed", "E"),
     (record("running"), JobState("7_1", "FAILED", "0:9"), "failed", "SIGKILL"),
     (record("running"), JobState("7_1", "TIMEOUT", timelimit="01:05:00"), "timeout", "time limit of 01:05:00"),
+    (record("passed", job_id="7_1"), JobState("7_1", "TIMEOUT"), "timeout", "time limit"),  # Slurm's end wins
     (record("running"), JobState("7_1", "OUT_OF_MEMORY"), "oom", "3 GB"),
     (record("pending"), JobState("7_1", "CANCELLED", detail="by 0"), "cancelled", "before it started"),
     (record("passed", job_id="7_1"), JobState("7_1", "CANCELLED"), "cancelled", "was cancelled"),
@@ -57,13 +58,29 @@ def record(status: str, **fields) -> Record:
      "E"),  # failed by the make_random preparation (another job), which cancelled this one
     (record("running"), JobState("7_1", "NODE_FAIL", "0:0"), "failed", "did not run it again"),
     (record("pending"), JobState("7_1", "UNKNOWN"), "error", "has no job 7_1"),
-])
+]
+
+
+@pytest.mark.parametrize(("before", "slurm", "status", "error_part"), SETTLE_CASES)
 def test_settle(tmp_path: Path, before: Record, slurm: JobState, status: str, error_part: str | None) -> None:
     after = settle(before, entry(tmp_path), slurm)
     assert after.status == Status(status)
     assert (error_part is None and after.error is None) or error_part in after.error
     if before.status not in ("pending", "running") and after.status == before.status:
         assert after.error == before.error  # a finished record keeps its own words
+
+
+@pytest.mark.parametrize(("before", "slurm", "status", "error_part"), SETTLE_CASES)
+def test_a_settled_record_is_not_settled_again(tmp_path: Path, before: Record, slurm: JobState, status: str,
+                                               error_part: str | None) -> None:
+    """poll skips the records `settled` names: settling them again must give them back unchanged."""
+    job = entry(tmp_path)
+    once = settle(before, job, slurm)
+    for found in (before, once):
+        if settled(found.to_dict(), job):
+            assert settle(found, job, slurm).to_dict() == found.to_dict()
+    if before.status in ("pending", "running"):  # what Slurm ended is settled once, then skipped
+        assert settled(once.to_dict(), job)
 
 
 @pytest.mark.parametrize(("matrix", "cells"), [

@@ -20,7 +20,7 @@ from ..record import UNFINISHED, Record, write_record
 from ..spec import cell_dir
 from .manifest import read_manifest
 from .sacct import UNKNOWN_GRACE_S, JobState, lookup, sacct
-from .settle import settle
+from .settle import settle, settled
 
 # States Slurm reaches by signalling the job (SIGTERM, then SIGKILL after KillWait): the job body may still be
 # writing its final record for a while after sacct shows the state, so a `running` record is left this long.
@@ -101,7 +101,8 @@ def poll(out_dir: Path, cells: list[str] | None = None,
         if job is None and _age_s(entry.get("submitted_at")) >= UNKNOWN_GRACE_S:
             job = JobState(entry["job_id"], "UNKNOWN")
         state = CellState(cell_id, records.get(cell_id), entry, job)
-        if job is not None and not job.active and not state.ending and state._current:
+        ended = job is not None and not job.active and not state.ending
+        if ended and state._current and not settled(state.record, entry):
             before = Record.from_dict(state.record) if state.record else _blank(cell_id, entry)
             after = settle(before, entry, job)
             if after.to_dict() != state.record:

@@ -36,6 +36,13 @@ def _step_from_files(directory: Path) -> str:
     return "make_random" if (directory / "make_random.log").exists() else "setup"
 
 
+def settled(record: dict[str, Any] | None, entry: dict[str, Any]) -> bool:
+    """The record is already the one `settle` gave for this job: settling it again would give it back unchanged,
+    so a status of a finished sweep does not rebuild thousands of records to find nothing to write."""
+    return (record is not None and record.get("status") not in UNFINISHED and record.get("job_id") == entry["job_id"]
+            and (record.get("logs") or {}).get("job_stdout") == entry.get("stdout"))
+
+
 def settle(record: Record, entry: dict[str, Any], job: JobState) -> Record:
     """The record a cell keeps once its Slurm job has ended in `job.state` (a copy; the caller writes it).
 
