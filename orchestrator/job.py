@@ -201,7 +201,7 @@ def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offs
     record.finish(Status.PASSED)
     stopped = stopped_by(outcome.timed_out, outcome.returncode, spec.timeout_min, "the export", "the exporter")
     if stopped:
-        record.finish(stopped[0], found.get("failed_step") or Step.EXPORT, stopped[1])
+        record.finish(stopped[0], found.get("failed_step") or found.get("last_step") or Step.EXPORT, stopped[1])
     elif outcome.returncode != 0 or found.get("test_case") == "failed":
         step = found.get("failed_step") or (Step.CHECK if found.get("test_case") == "failed" else Step.EXPORT)
         record.finish(Status.OOM if found.get("oom") else Status.FAILED, step,

@@ -57,6 +57,9 @@ def _embedded_lines(text: str, patterns: dict[str, Any]) -> dict[str, Any]:
     hits = list(re.finditer(patterns["gpu_memory"], text)) if patterns.get("gpu_memory") else []
     if hits:
         found["peak_gpu_phases"] = {k: _number(hits[-1][k]) for k in ("export", "run")}
+    hits = list(re.finditer(patterns["step_started"], text)) if patterns.get("step_started") else []
+    if hits:
+        found["last_step"] = hits[-1]["step"]
     if patterns.get("step_seconds"):
         found["steps_s"] = {hit["step"]: _number(hit["seconds"]) for hit in re.finditer(patterns["step_seconds"], text)}
     hits = list(re.finditer(patterns["repro"], text)) if patterns.get("repro") else []

@@ -7,6 +7,8 @@ import pytest
 from orchestrator.config import compose_config, to_plain
 from orchestrator.logparse import parse_log
 
+from .conftest import ROOT
+
 PATTERNS = to_plain(compose_config([]).cfg.parse)
 
 ROW2 = ("torch._inductor.exc.InductorError: LoweringException: NoValidChoicesError: No choices to select. Provided "
@@ -86,6 +88,14 @@ def test_embedded_cuda_exporter_lines() -> None:
     assert "oom" not in found and "repro" not in found
 
 
+def test_the_last_step_started_is_found_in_a_real_cuda_log() -> None:
+    """act on the H200, stopped in CudaBackend's lowering (bench/results/gpu_smoke): its last started step."""
+    text = (ROOT / "bench/results/gpu_smoke/cells/act/h200/local/export.log").read_text()
+    found = parse_log(text, PATTERNS)
+    assert found["last_step"] == "compile-model" and "compile-model" not in found["steps_s"]
+    assert parse_log("[export-matrix] time limit of 3 s reached: killing the step", PATTERNS).get("last_step") is None
+
+
 def test_repro_result_last_line_wins_and_oom_is_recognized() -> None:
     text = "\n".join(['Repro result: {"repro": "fp32_speed", "row": 1, "reproduced": null, '
                       '"summary": "did not finish"}',
@@ -98,6 +108,6 @@ def test_repro_result_last_line_wins_and_oom_is_recognized() -> None:
 
 def test_patterns_missing_from_an_older_config_are_skipped() -> None:
     older = {k: v for k, v in PATTERNS.items() if k not in ("check_kind", "gpu_memory", "step_seconds", "repro",
-                                                              "oom")}
+                                                              "oom", "step_started")}
     found = parse_log("Exported policy check: aoti (x)\n" + log(ROW3), older)
     assert "check" not in found and "oom" not in found and found["error"] == ROW3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,3 +210,19 @@ def test_a_check_near_its_limit_runs_again_and_the_table_shows_the_range(standin
     assert act["check_runs"] == [] and act["margin"] < 0.8  # far from the limit: one run
     assert main(["collect", "--config-dir", str(standin_conf), f"out_dir={tmp_path}"]) == 0
     assert "at limit 0.63–1.27" in (tmp_path / "matrix.md").read_text()
+
+
+def test_a_timeout_names_the_step_its_exporter_had_started(standin_conf: Path, ckpt_dir: Path,
+                                                           tmp_path: Path) -> None:
+    """The embedded exporters print `[step] ...` as each step starts: a cell stopped at its limit names the last."""
+    conf = tmp_path / "conf"
+    shutil.copytree(standin_conf, conf)
+    body = ("import time; print('[load] policy', flush=True); print('[load] done in 0.1 s'); "
+            "print('[compile-model] to_edge_transform_and_lower ...', flush=True); time.sleep(120)")
+    (conf / "exporter").mkdir()
+    (conf / "exporter" / "stepper.yaml").write_text(json.dumps({"command": ["{python}", "-c", body]}))
+    small_sweep(conf, ckpt_dir, tmp_path / "out", "matrix.policies=[lawam]", "policies.lawam.timeout_min=0.05",
+                "exporter=stepper")
+    hung = record(tmp_path / "out", "lawam/h100/stock")
+    assert (hung["status"], hung["failed_step"]) == ("timeout", "compile-model"), hung
+    assert hung["steps_s"] == {"load": 0.1}
