@@ -6,7 +6,8 @@ returns. `poll` asks Slurm about every job of the manifest in one `sacct` call a
 that ended without finishing their own (killed, timed out, out of memory, cancelled, lost), so `status` and
 `wait` can follow a sweep from any process, long after the one that submitted it has gone.
 
-One module per job: `submit` (settings, resource signatures, job arrays), `cell_job` (the job body Slurm runs,
+One module per job: `submit` (settings, resource signatures, job arrays), `active` (cells whose earlier job is
+still pending or running: left alone, or cancelled with --force), `cell_job` (the job body Slurm runs,
 with its requeue handling), `manifest` (DIR/manifest.json), `sacct` (asking Slurm about jobs), `settle` (a Slurm
 end state as a record), `follow` (the cells' states, polling, waiting), `commands` (the CLI's entry points).
 """

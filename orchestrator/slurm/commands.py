@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..spec import CellSpec
+from .active import leave_active
 from .follow import wait_for
 from .manifest import MANIFEST, manifest_path
 from .submit import SlurmSettings, submit_sweep
@@ -27,17 +28,19 @@ def launch_slurm(specs: list[CellSpec], refused: list[dict[str, Any]], out_dir: 
         raise ConfigError(f"launcher=slurm needs {', '.join(missing)} on PATH (no Slurm client here)")
     out_dir = Path(out_dir).absolute()
     settings = SlurmSettings.from_config(launcher)
-    done = submit_sweep(specs, out_dir, settings, what, console, force)
+    wanted = [s.id for s in specs]
+    specs, skipped = leave_active(specs, out_dir, force, console)
+    done = submit_sweep(specs, out_dir, settings, what, console)
     submitted = sum(a["cells"] for a in done.arrays)
     console.print(f"[bold]submitted:[/] {submitted} cells in {len(done.arrays)} job arrays (sweep {done.sweep_id})"
-                  + (f"; {len(done.skipped)} cells still pending or running were left alone" if done.skipped else "")
+                  + (f"; {len(skipped)} cells still pending or running were left alone" if skipped else "")
                   + f"; manifest {manifest_path(out_dir)}")
     errors = [r for r in refused + done.refused if r["status"] == "error"]
     if not wait:
         console.print(f"follow it with `export-matrix status out_dir={out_dir}` or `export-matrix wait "
                       f"out_dir={out_dir}`")
         return 1 if errors else 0
-    cells = wait_for(out_dir, settings.poll_s, console, [s.id for s in specs])
+    cells = wait_for(out_dir, settings.poll_s, console, wanted)
     records = [c.record for c in cells if c.record] + refused + done.refused
     console.print(f"[bold]done:[/] {summarize(records)}")
     return 1 if any(r["status"] == "error" for r in records) else 0

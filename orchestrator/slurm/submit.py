@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,9 +21,8 @@ from ..job import now, refuse
 from ..launch import job_timeout_min, prepare
 from ..spec import CellSpec
 from .cell_job import CellJob
-from .follow import CellState, poll
 from .limits import chunks, cluster_limits
-from .manifest import manifest_path, merge_manifest
+from .manifest import merge_manifest
 from .prepare_job import CheckpointTask, PrepareCheckpoint, checkpoint_tasks
 
 SUBMITIT_DIR = "submitit"
@@ -95,7 +93,6 @@ def resources(spec: CellSpec, settings: SlurmSettings) -> Resources:
 class Submitted:
     sweep_id: str
     arrays: list[dict[str, Any]]
-    skipped: list[str]
     refused: list[dict[str, Any]]  # records of cells whose array sbatch refused
 
 
@@ -106,27 +103,11 @@ def _executor(out_dir: Path, settings: SlurmSettings) -> submitit.AutoExecutor:
     return submitit.AutoExecutor(folder=Path(out_dir) / SUBMITIT_DIR / "%j", cluster="slurm", **kwargs)
 
 
-def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, what: str, console: Console,
-                 force: bool = False) -> Submitted:
-    """Submit one job array per resource signature and record every cell's job in the manifest.
-
-    Cells whose job from an earlier sweep is still pending or running are left alone (`force`: that job is
-    cancelled, its record settled, and the cell submitted again).
-    """
+def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, what: str,
+                 console: Console) -> Submitted:
+    """Submit one job array per resource signature and record every cell's job in the manifest."""
     sweep_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     out_dir = Path(out_dir).absolute()
-    skipped: list[str] = []
-    if manifest_path(out_dir).exists():
-        wanted = {s.id for s in specs}
-        active = [c for c in poll(out_dir, sorted(wanted)) if c.active]
-        if active and force:
-            _cancel(out_dir, active, console)
-        elif active:
-            for c in active:
-                console.print(f"[yellow]not submitted[/] {escape(c.cell)}: job {c.entry['job_id']} is still "
-                              f"{c.shown} (--force cancels it and submits the cell again)")
-            skipped = [c.cell for c in active]
-            specs = [s for s in specs if s.id not in set(skipped)]
     groups: dict[Resources, list[CellSpec]] = {}
     per_array = cluster_limits().array_tasks  # a signature larger than the cluster's arrays goes in as several
     for spec in specs:
@@ -144,7 +125,7 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
     finally:  # held until every GPU array is in the manifest, where a failed make_random finds its cells' jobs
         if preparing and not settings.sbatch.get("hold"):  # a sweep submitted held stays held, this array too
             subprocess.run(["scontrol", "release", preparing["job_id"]], capture_output=True, text=True, timeout=120)
-    return Submitted(sweep_id, arrays, skipped, refused)
+    return Submitted(sweep_id, arrays, refused)
 
 
 def _submit_batch(out_dir: Path, settings: SlurmSettings, res: Resources, group: list[CellSpec], sweep_id: str,
@@ -232,17 +213,3 @@ def _submit_array(out_dir: Path, settings: SlurmSettings, res: Resources, group:
             jobs.append(executor.submit(CellJob(spec, attempts[spec.id], res.time_min * 60.0,
                                                 settings.signal_delay_s, settings.max_requeues)))
     return jobs
-
-
-def _cancel(out_dir: Path, active: list[CellState], console: Console, timeout_s: float = 120) -> None:
-    """scancel these cells' jobs, wait until Slurm has ended them, and settle their records."""
-    ids = [c.entry["job_id"] for c in active]
-    console.print(f"[yellow]--force:[/] cancelling {len(ids)} jobs still pending or running ({', '.join(ids)})")
-    subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=120)
-    deadline = time.monotonic() + timeout_s
-    cells = [c.cell for c in active]
-    while time.monotonic() < deadline:
-        if not any(c.active for c in poll(out_dir, cells)):
-            return
-        time.sleep(1)
-    console.print("[yellow]some cancelled jobs have not ended yet; submitting anyway[/]")
