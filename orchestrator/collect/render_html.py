@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, cell_text, num, repro_cells, summarize
+from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, cell_text, columns, num, repro_cells, summarize
 from .settings import Settings
 
 MAX_CELL_ROWS = 2000  # the per-cell table; a larger sweep lists only its first cells (cells.csv has them all)
@@ -63,7 +63,7 @@ def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summar
     out += ["</table>", f"<p>{escape(LEGEND.format(at_limit=settings.at_limit))}</p>"]
     if summary.new_failures:
         out.append("<h2>New failures</h2><p>No entry of the failure catalog matches them.</p><ul>")
-        logs = dict(zip(cells["id"], cells["log"], strict=True))
+        logs = dict(zip(*columns(cells, "id", "log"), strict=True))
         for error, ids in summary.new_failures:
             links = ", ".join(_link(logs.get(i), i) for i in ids[:MAX_CELLS_LISTED])
             more = f" and {len(ids) - MAX_CELLS_LISTED} more" if len(ids) > MAX_CELLS_LISTED else ""

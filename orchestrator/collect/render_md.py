@@ -107,6 +107,12 @@ def summarize(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings,
                    repros=[] if repros is None else repros.to_dict("records"))
 
 
+def columns(frame: pd.DataFrame, *names: str) -> list[list]:
+    """Columns as Python lists: iterating a pyarrow-backed column yields one boxed scalar at a time (most of a
+    render at 10,000 records), `tolist` converts it in one call."""
+    return [frame[name].tolist() for name in names]
+
+
 def new_failures(cells: pd.DataFrame) -> list[tuple[str, list[str]]]:
     new = cells.loc[cells[flag_column(NEW)], ["new_error", "id"]]
     if new.empty:
@@ -120,7 +126,7 @@ def _seen_on(matrix: pd.DataFrame) -> tuple[dict[str, set[str]], dict[tuple[str,
     recorded = matrix[matrix["status"] != "missing"]
     gpus: dict[str, set[str]] = defaultdict(set)
     seen: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for policy, gpu, failures in zip(recorded["policy"], recorded["gpu"], recorded["failures"], strict=True):
+    for policy, gpu, failures in zip(*columns(recorded, "policy", "gpu", "failures"), strict=True):
         gpus[policy].add(gpu)
         for failure_id in str(failures or "").split():
             seen[(policy, failure_id)].add(gpu)
@@ -164,8 +170,7 @@ def policy_to_failure(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Setti
     everywhere: dict[str, set[str]] = defaultdict(set)
     primary: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     secondary: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for policy, gpu, main, every in zip(recorded["policy"], recorded["gpu"], recorded["primary"],
-                                        recorded["failures"], strict=True):
+    for policy, gpu, main, every in zip(*columns(recorded, "policy", "gpu", "primary", "failures"), strict=True):
         everywhere[policy].add(gpu)
         main_ids = set(str(main or "").split())
         for failure_id in str(every or "").split():
@@ -268,7 +273,7 @@ def build_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, s
                   if k not in {"torch", "executorch", "lerobot", "transformers", "python"}
                   and not k.startswith("gpu_") and v]
         out[build].append((", ".join(shown) or "no versions recorded", int(count)))
-    fixes = dict(zip(cells["torch"], cells["fixes"], strict=True))
+    fixes = dict(zip(*columns(cells, "torch", "fixes"), strict=True))
     result = []
     for build in sorted(out, key=_order(settings.builds)):
         fix_text = ", ".join(fixes[build].split())
