@@ -27,7 +27,7 @@ a { color: inherit; } code { font-size: 90%; } .err { max-width: 60em; overflow-
 
 def _newest(cells: pd.DataFrame) -> str:
     """The run's date: when its newest record ended (from the records, so the same records give the same page)."""
-    ended = [t for t in cells["ended_at"].dropna().astype(str) if t] if "ended_at" in cells else []
+    ended = [t for t in cells["ended_at"].dropna().astype(str).tolist() if t] if "ended_at" in cells else []
     return f"; the newest ended {escape(max(ended))}" if ended else ""
 
 

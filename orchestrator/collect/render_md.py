@@ -98,9 +98,12 @@ class Summary:
 
 def summarize(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings,
               repros: pd.DataFrame | None = None) -> Summary:
-    policies = list(dict.fromkeys(matrix["policy"]))
-    gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(set(matrix["gpu"]))]) if g in set(matrix["gpu"])]
-    grid = {(row["policy"], row["gpu"]): row for row in matrix.to_dict("records")}
+    policies = list(dict.fromkeys(matrix["policy"].tolist()))
+    recorded_gpus = set(matrix["gpu"].tolist())
+    gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(recorded_gpus)]) if g in recorded_gpus]
+    names = list(matrix.columns)  # rows as dicts, built from column lists (to_dict boxes one value at a time)
+    rows = (dict(zip(names, values, strict=True)) for values in zip(*columns(matrix, *names), strict=True))
+    grid = {(row["policy"], row["gpu"]): row for row in rows}
     return Summary(policies=policies, gpus=gpus, grid=grid, new_failures=new_failures(cells),
                    failure_rows=failure_rows(matrix, settings), policy_line=policy_to_failure(matrix, cells, settings),
                    builds=build_versions(cells, settings), gpu_versions=gpu_versions(cells, settings),
@@ -232,8 +235,8 @@ def _build_notes(cells: pd.DataFrame, needed: set[tuple[str, str]]) -> dict[tupl
     if not needed or cells.empty:
         return {}
     need = pd.DataFrame(sorted(needed), columns=["policy", "id"])
-    sub = cells[cells["policy"].isin(set(need["policy"]))]
-    builds = sorted(set(sub["torch"]))
+    sub = cells[cells["policy"].isin(set(need["policy"].tolist()))]
+    builds = sorted(sub["torch"].unique().tolist())
     if len(builds) > 62:  # more builds than bits: name them all
         return {pair: "other builds" for pair in needed}
     bit = sub["torch"].map({b: 1 << i for i, b in enumerate(builds)}).astype("int64")

@@ -136,10 +136,11 @@ def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
         [df["passed"] & df["stock"], df["passed"], df["failing"] & df["max_diff"].notna(),
          df["failing"] & df["stock"], df["failing"]],
         [0, 1, 2, 3, 4], 5)
-    ordered = df.assign(_priority=priority, _margin=np.where(priority == 2, df["margin"], 0.0),
-                        _build=_ranks(df["torch"], settings.builds))
-    ordered = ordered.sort_values([*keys, "_priority", "_margin", "_build", "torch"], kind="stable")
-    decided = ordered.drop_duplicates(keys, keep="first").set_index(keys)
+    # Sort only the keys, then take the deciding rows: moving every column of every row costs more than the rest.
+    order = df[[*keys, "torch"]].assign(_priority=priority, _margin=np.where(priority == 2, df["margin"], 0.0),
+                                         _build=_ranks(df["torch"], settings.builds))
+    order = order.sort_values([*keys, "_priority", "_margin", "_build", "torch"], kind="stable")
+    decided = df.loc[order.drop_duplicates(keys, keep="first").index].set_index(keys)
     group_flags = df.assign(stock_pass=df["passed"] & df["stock"], patched_pass=df["passed"] & ~df["stock"],
                             stock_unfinished=df["unfinished"] & df["stock"])
     grouped = group_flags.groupby(keys, sort=False)
