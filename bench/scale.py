@@ -48,7 +48,7 @@ from bench.submit import (  # noqa: E402
     submitted_tasks,
     tool_conf,
 )
-from orchestrator.slurm.limits import cluster_limits  # noqa: E402
+from orchestrator.launchers.slurm.limits import cluster_limits  # noqa: E402
 
 
 def timed(env: dict[str, str], *args: str, timeout: float = 3600) -> dict:

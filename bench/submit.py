@@ -271,8 +271,8 @@ def one_sbatch_per_cell(out: Path, env: dict[str, str], conf: Path) -> tuple[flo
 
     from orchestrator.cells import resolve
     from orchestrator.config import compose_config
-    from orchestrator.slurm.cell_job import CellJob
-    from orchestrator.slurm.submit import SlurmSettings, resources
+    from orchestrator.launchers.slurm.cell_job import CellJob
+    from orchestrator.launchers.slurm.submit import SlurmSettings, resources
 
     os.environ["PATH"] = env["PATH"]
     specs = resolve(compose_config(["matrix=tracking", f"out_dir={out}", "launcher=slurm", *SMALL], conf))

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from .config import ConfigError, compose_config, number
+from .config import ConfigError, compose_config
 from .fingerprint_cache import remember
 
 
@@ -120,30 +120,18 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
 
 def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = False) -> int:
-    from .console import summarize
-    from .launch import sweep_local
+    from .launchers import launcher_for
     from .prepare import build_missing_envs
     from .sweep_lock import sweep_lock
 
-    launcher = composed.cfg.launcher
     out_dir = Path(composed.cfg.out_dir)
     console = Console(stderr=True)
-    if launcher.name not in ("local", "slurm"):
-        raise ConfigError(f"unknown launcher {launcher.name!r} (valid: local, slurm)")
-    if launcher.name == "local":  # checked before anything is written
-        parallel = number(launcher.parallel, "launcher.parallel", int, 1, True)
-        poll_s = number(launcher.poll_s, "launcher.poll_s")
+    launcher = launcher_for(composed.cfg.launcher)  # its settings checked before anything is written
     with sweep_lock(out_dir, what):
-        console.print(f"[bold]{len(specs)} cells[/] of {escape(what)} on launcher {escape(str(launcher.name))}, "
-                      f"records under {escape(str(out_dir))}/cells/")
+        console.print(f"[bold]{len(specs)} cells[/] of {escape(what)} on launcher "
+                      f"{escape(str(composed.cfg.launcher.name))}, records under {escape(str(out_dir))}/cells/")
         specs, refused = build_missing_envs(specs, console)
-        if launcher.name == "slurm":
-            from .slurm.commands import launch_slurm
-
-            return launch_slurm(specs, refused, out_dir, launcher, what, wait, force, console)
-        records = refused + sweep_local(specs, out_dir, parallel, poll_s, console)
-    console.print(f"[bold]done:[/] {summarize(records)}")
-    return 1 if any(r["status"] == "error" for r in records) else 0
+        return launcher.launch(specs, refused, out_dir, what, console, wait=wait, force=force)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -174,8 +162,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
+    from .launchers.slurm.commands import wait_command
     from .out_dir_cache import composed_out_dir
-    from .slurm.commands import wait_command
 
     return wait_command(composed_out_dir(out_dir_only(args.overrides), args.config_dir), args.poll_s,
                         args.overrides, args.config_dir)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from .record import Record
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "yellow", "killed": "magenta",
                 "error": "bold red", "cancelled": "yellow", "oom": "magenta"}
@@ -26,23 +29,28 @@ def counts_text(counts: Counter[str]) -> str:
     return "  ".join(f"[{STATUS_STYLE.get(s, 'white')}]{s} {n}[/]" for s, n in sorted(counts.items()))
 
 
-def describe(record: dict[str, Any]) -> str:
+def describe(record: Record) -> str:
     """One line per finished cell: status, the check against its tolerance, times, or the error."""
-    status = record["status"]
-    parts = [f"[{STATUS_STYLE.get(status, 'white')}]{escape(f'{status:9s}')}[/] {escape(record['cell'])}"]
-    if record.get("max_diff") is not None:
-        parts.append(f"diff {record['max_diff']:.2e} / tol {record['tolerance']:g}")
-    if record.get("eager_ms") is not None and record.get("exported_ms") is not None:
-        parts.append(f"eager {record['eager_ms']:.1f} ms, exported {record['exported_ms']:.1f} ms")
-    if record.get("export_s") is not None:
-        parts.append(f"export {record['export_s']:.0f} s")
+    status = record.status
+    parts = [f"[{STATUS_STYLE.get(status, 'white')}]{escape(f'{status:9s}')}[/] {escape(record.cell)}"]
+    if record.max_diff is not None:
+        parts.append(f"diff {record.max_diff:.2e} / tol {record.tolerance:g}")
+    if record.eager_ms is not None and record.exported_ms is not None:
+        parts.append(f"eager {record.eager_ms:.1f} ms, exported {record.exported_ms:.1f} ms")
+    if record.export_s is not None:
+        parts.append(f"export {record.export_s:.0f} s")
     if status != "passed":
-        parts.append(escape(f"[{record.get('failed_step') or '?'}] {record.get('error') or ''}"))
+        parts.append(escape(f"[{record.failed_step or '?'}] {record.error or ''}"))
     return "  ".join(parts)
 
 
-def summarize(records: Iterable[dict[str, Any]]) -> str:
-    counts = Counter(r["status"] for r in records)
+def exit_code(records: Iterable[Record]) -> int:
+    """A launch's exit status: 1 where a cell could not even start (`error`), else 0 (failures are results)."""
+    return 1 if any(r.status == "error" for r in records) else 0
+
+
+def summarize(records: Iterable[Record]) -> str:
+    counts = Counter(str(r.status) for r in records)
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no cells"
 
 

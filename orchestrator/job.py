@@ -71,12 +71,12 @@ class Preempted(Exception):
     """Slurm preempted the job again after its requeues were spent (the Slurm launcher raises it on USR2)."""
 
 
-def refuse(spec: CellSpec, attempt: int, step: str, reason: str) -> dict[str, Any]:
+def refuse(spec: CellSpec, attempt: int, step: str, reason: str) -> Record:
     """Write the `error` record of a cell that could not be started at all (no environment, sbatch said no)."""
     record = spec.new_record(status="error", attempt=attempt, failed_step=step, error=reason, started_at=now(),
                              ended_at=now(), fingerprint=spec.fingerprint)
     write_record(spec.cell_dir, record)
-    return record.to_dict()
+    return record
 
 
 def current_job_id() -> str | None:
@@ -94,7 +94,7 @@ def current_step(record: Record) -> str:
     return "make_random" if "make_random" in record.logs else "setup"
 
 
-def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> dict[str, Any]:
+def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> Record:
     """Run one cell and return its record (also written to the cell's record.json)."""
     cell_dir = spec.cell_dir
     cell_dir.mkdir(parents=True, exist_ok=True)
@@ -105,7 +105,7 @@ def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> dict[str, A
         record.job_id = earlier.job_id
     if not write_record(cell_dir, record):  # the cell has moved on to a later attempt: this job is an orphan
         print(f"[export-matrix] {spec.id}: attempt {attempt} was superseded; not running it", flush=True)
-        return (read_record(cell_dir) or record).to_dict()
+        return read_record(cell_dir) or record
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         _run_steps(spec, record, cell_dir)
@@ -124,7 +124,7 @@ def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> dict[str, A
         if not write_record(cell_dir, record):
             print(f"[export-matrix] {spec.id}: attempt {attempt} was superseded while it ran; its result "
                   f"({record.status}) is not recorded", flush=True)
-    return record.to_dict()
+    return record
 
 
 def _interrupt(signum: int, _frame: Any) -> None:

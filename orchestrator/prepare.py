@@ -5,18 +5,16 @@ A build that fails gives each of its cells an `error` record (failed_step `env`)
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.markup import escape
 
 from .envs import EnvBuildError, build_env_logged
 from .job import refuse
-from .record import start_attempt
+from .record import Record, start_attempt
 from .spec import CellSpec
 
 
-def build_missing_envs(specs: list[CellSpec], console: Console) -> tuple[list[CellSpec], list[dict[str, Any]]]:
+def build_missing_envs(specs: list[CellSpec], console: Console) -> tuple[list[CellSpec], list[Record]]:
     """The specs whose environment is ready, and the records of those whose environment failed to build."""
     failed: dict[str, str] = {}
     for recipe in {s.recipe.path: s.recipe for s in specs if s.recipe}.values():

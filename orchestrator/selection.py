@@ -5,15 +5,14 @@ from __future__ import annotations
 import fnmatch
 import os
 from pathlib import Path
-from typing import Any
 
 from . import owner
 from .config import ConfigError, compose_config, selected, split_selection
-from .record import UNFINISHED, read_record, record_paths
+from .record import UNFINISHED, Record, Status, read_record, record_paths
 from .spec import CellSpec
 
 
-def recorded(out_dir: Path) -> dict[str, dict[str, Any]]:
+def recorded(out_dir: Path) -> dict[str, Record]:
     """Every cell that has a record under out_dir, by id (status `unreadable` where the file cannot be read);
     records abandoned by a sweep or job that died are settled on the way (owner.py)."""
     found = {}
@@ -23,7 +22,7 @@ def recorded(out_dir: Path) -> dict[str, dict[str, Any]]:
         if record is not None:
             if record.status in UNFINISHED:
                 record = owner.settle(Path(cell_dir), record)
-            found["/".join(cell_dir.rsplit(os.sep, 3)[1:])] = dict(vars(record))  # shallow: the Record is dropped
+            found["/".join(cell_dir.rsplit(os.sep, 3)[1:])] = record
     return found
 
 
@@ -67,7 +66,7 @@ def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overri
             raise ConfigError(f"no recorded cell matches {pattern!r} (recorded: {len(records)} cells under {out_dir})")
         chosen += [c for c in hits if c not in chosen]
     if failed:
-        chosen += [c for c, r in records.items() if r["status"] not in ("passed", *UNFINISHED) and c not in chosen]
+        chosen += [c for c, r in records.items() if r.status not in (Status.PASSED, *UNFINISHED) and c not in chosen]
     if stale:
         from .fingerprint_cache import current_keys
 
@@ -81,6 +80,6 @@ def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overri
     return [specs[c] for c in chosen]
 
 
-def is_stale(record: dict[str, Any], key: str) -> bool:
+def is_stale(record: Record, key: str) -> bool:
     """The record was made from other configs or another environment than the current config gives the cell."""
-    return (record.get("fingerprint") or {}).get("key") != key
+    return (record.fingerprint or {}).get("key") != key

@@ -1,7 +1,7 @@
 """`export-matrix status`: the recorded cells as a table, stale ones marked.
 
 Where a Slurm sweep left `DIR/manifest.json`, every job in it is asked about in one `sacct` call; jobs that ended
-without finishing their record get one from Slurm's state and their log (orchestrator/slurm/), and cells whose
+without finishing their record get one from Slurm's state and their log (orchestrator/launchers/slurm/), and cells whose
 job is still pending or running show that. Stale marks come from fingerprint keys cached by their inputs
 (fingerprint_cache.py), and the table is plain aligned text: a rich Table takes seconds for thousands of rows.
 """
@@ -23,14 +23,14 @@ from .fingerprint_cache import current_keys
 from .selection import is_stale, recorded
 
 if TYPE_CHECKING:
-    from .slurm.follow import CellState
+    from .launchers.slurm.follow import CellState
 
 
 def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None,
                 polled: list[CellState] | None = None) -> int:
     """`polled`: the cells' states a caller (wait) has just asked Slurm for, so the table asks no second time."""
-    from .slurm.follow import poll
-    from .slurm.manifest import manifest_path
+    from .launchers.slurm.follow import poll
+    from .launchers.slurm.manifest import manifest_path
 
     errors = Console(stderr=True)
     overrides, selection = split_selection(overrides)
@@ -58,17 +58,17 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None,
     columns = ["cell", "status", "attempt", "step", "max_diff / tol", *(("job", "slurm") if jobs else ()), "stale"]
     rows: list[list[str]] = []
     for cell_id in cells:
-        record, job = records.get(cell_id) or {}, jobs.get(cell_id)
-        status = job.shown if job else record.get("status", "missing")
+        record, job = records.get(cell_id), jobs.get(cell_id)
+        status = job.shown if job else str(record.status) if record else "missing"
         shown[status] += 1
-        diff = f"{record['max_diff']:.2e} / {record['tolerance']:g}" if record.get("max_diff") is not None else ""
+        diff = f"{record.max_diff:.2e} / {record.tolerance:g}" if record and record.max_diff is not None else ""
         stale = "stale" if cell_id in keys and record and is_stale(record, keys[cell_id]) else ""
         slurm: tuple[str, ...] = ()
         if jobs:
             state = job.job.state if job and job.job else ("SUBMITTED" if job and job.active else "")
-            slurm = ((job.entry or {}).get("job_id", "") if job else "", state)
-        rows.append([cell_id, status, str(record.get("attempt", "")), record.get("failed_step") or "", diff,
-                     *(str(s) for s in slurm), stale])
+            slurm = (job.entry.job_id if job and job.entry else "", state)
+        attempt, step = (str(record.attempt), record.failed_step or "") if record else ("", "")
+        rows.append([cell_id, status, attempt, step, diff, *(str(s) for s in slurm), stale])
     caption = "  ".join(f"{n} {s}" for s, n in sorted(shown.items()))
     table = aligned(f"{len(cells)} cells under {out_dir}", columns, rows, caption)
     out = Console(width=None if sys.stdout.isatty() else 200)

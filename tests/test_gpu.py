@@ -35,7 +35,7 @@ def test_record_has_gpu_and_peak_memory(tmp_path: Path) -> None:
                     timeout_min=2, env={}, fixes=[], slurm={}, parse=parse, out_dir=str(tmp_path),
                     ckpt_dir=str(tmp_path / "ckpts"))
     record = run_cell(spec)
-    assert record["status"] == "passed", record["log_tail"]
-    assert record["versions"]["gpu_name"] and record["versions"]["gpu_capability"].startswith("sm_")
-    assert record["peak_gpu_mib"] is not None and record["peak_gpu_mib"] >= 3 * 1024, record["peak_gpu_mib"]
-    print(record["versions"], record["peak_gpu_mib"])
+    assert record.status == "passed", record.log_tail
+    assert record.versions["gpu_name"] and record.versions["gpu_capability"].startswith("sm_")
+    assert record.peak_gpu_mib is not None and record.peak_gpu_mib >= 3 * 1024, record.peak_gpu_mib
+    print(record.versions, record.peak_gpu_mib)

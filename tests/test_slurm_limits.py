@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.slurm.limits import ClusterLimits, chunks, parse_limits
+from orchestrator.launchers.slurm.limits import ClusterLimits, chunks, parse_limits
 
 SCONTROL = """Configuration data as of 2026-12-03T12:00:00
 AccountingStorageType   = accounting_storage/slurmdbd

@@ -1,4 +1,5 @@
-"""Table-driven unit tests: sacct lines to job states, Slurm end states to records, cell expansion and covering."""
+"""Table-driven unit tests: sacct lines to job states, Slurm end states to records, cell expansion and covering,
+the launcher a config picks."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import pytest
 
 from orchestrator.cells import expand
 from orchestrator.config import compose_config
+from orchestrator.launchers.slurm.manifest import Entry
+from orchestrator.launchers.slurm.sacct import JobState, lookup, parse_sacct
+from orchestrator.launchers.slurm.settle import settle, settled
 from orchestrator.record import Record, Status
 from orchestrator.selection import covering
-from orchestrator.slurm.sacct import JobState, lookup, parse_sacct
-from orchestrator.slurm.settle import settle, settled
 
 LINE = "{id}|{state}|{exit}|00:01:02|01:05:00|node-h100|2026-12-03T10:00:00"
 
@@ -32,11 +34,11 @@ def test_parse_sacct(lines: list[str], job_id: str, state: str | None, exit_code
     assert (found.state if found else None, found.exit_code if found else None) == (state, exit_code)
 
 
-def entry(tmp_path: Path) -> dict:
+def entry(tmp_path: Path) -> Entry:
     out = tmp_path / "job.out"
     out.write_text("Traceback (most recent call last):\nMemoryError\n")
-    return {"job_id": "7_1", "out_dir": str(tmp_path), "stdout": str(out), "stderr": str(out), "time_min": 65,
-            "signature": {"mem_gb": 3}}
+    return Entry(job_id="7_1", out_dir=str(tmp_path), stdout=str(out), stderr=str(out), time_min=65,
+                 signature={"mem_gb": 3})
 
 
 def record(status: str, **fields) -> Record:
@@ -77,10 +79,10 @@ def test_a_settled_record_is_not_settled_again(tmp_path: Path, before: Record, s
     job = entry(tmp_path)
     once = settle(before, job, slurm)
     for found in (before, once):
-        if settled(found.to_dict(), job):
+        if settled(found, job):
             assert settle(found, job, slurm).to_dict() == found.to_dict()
     if before.status in ("pending", "running"):  # what Slurm ended is settled once, then skipped
-        assert settled(once.to_dict(), job)
+        assert settled(once, job)
 
 
 @pytest.mark.parametrize(("matrix", "cells"), [
@@ -141,3 +143,27 @@ def test_an_interpreters_fingerprint_does_not_depend_on_the_working_directory(tm
     outside = env_fingerprint(sys.executable)
     assert "fake-pkg==9.9" not in inside["freeze"]
     assert inside == outside and inside["site"] and not any("scripts" in p for p in inside["site"])
+
+
+@pytest.mark.parametrize(("launcher", "kind", "error_part"), [
+    ({"name": "local", "parallel": 3, "poll_s": 0.5}, "LocalLauncher", None),
+    ({"name": "local", "parallel": 0, "poll_s": 0.5}, None, "launcher.parallel must be an integer at least 1, got 0"),
+    ({"name": "slurm", "poll_s": 5}, None, "launcher=slurm needs sbatch, srun, sacct on PATH"),  # PATH emptied
+    ({"name": "nope"}, None, "unknown launcher 'nope' (valid: local, slurm)"),
+])
+def test_the_launcher_config_picks_the_launcher(launcher: dict, kind: str | None, error_part: str | None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli.py starts every sweep through launcher_for; a bad launcher is one line, before anything is written."""
+    from omegaconf import OmegaConf
+
+    from orchestrator.config import ConfigError
+    from orchestrator.launchers import launcher_for
+
+    monkeypatch.setenv("PATH", "")
+    if error_part is None:
+        chosen = launcher_for(OmegaConf.create(launcher))
+        assert type(chosen).__name__ == kind and (chosen.parallel, chosen.poll_s) == (3, 0.5)
+        return
+    with pytest.raises(ConfigError) as caught:
+        launcher_for(OmegaConf.create(launcher))
+    assert error_part in str(caught.value) and "\n" not in str(caught.value)

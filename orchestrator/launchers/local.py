@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,27 +17,14 @@ import submitit
 from rich.console import Console
 from rich.markup import escape
 
-from . import owner
-from .console import counts_text, describe
-from .console import progress as console_progress
-from .job import now, run_cell
-from .logparse import tail
-from .record import UNFINISHED, UNREADABLE, Status, read_record, start_attempt, write_record
-from .spec import CellSpec
-
-
-def job_timeout_min(spec: CellSpec) -> int:
-    """make_random and the export each have the cell's limit; the job gets both and a margin to write."""
-    return int(2 * spec.timeout_min) + 5
-
-
-def gpus_requested(spec: CellSpec) -> int:
-    """The GPUs a cell asks for: the count of its gres (`gpu:h200:1`, `gpu:2`), 0 without one."""
-    gres = str(spec.slurm.get("gres") or "")
-    if not gres.startswith("gpu"):
-        return 0
-    count = gres.rsplit(":", 1)[-1]
-    return int(count) if count.isdigit() else 1
+from ..config import number
+from ..console import counts_text, describe, exit_code, summarize
+from ..console import progress as console_progress
+from ..job import now, run_cell
+from ..logparse import tail
+from ..record import UNFINISHED, UNREADABLE, Record, Status, read_record, write_record
+from ..spec import CellSpec
+from .common import gpus_requested, job_timeout_min, prepare
 
 
 def local_gpu_parameters(spec: CellSpec) -> dict[str, Any]:
@@ -49,38 +37,18 @@ def local_gpu_parameters(spec: CellSpec) -> dict[str, Any]:
     return {"gpus_per_node": gpus, **({"visible_gpus": tuple(visible)} if visible else {})}
 
 
-def prepare(spec: CellSpec, local: bool = True) -> int:
-    """Archive the cell's previous attempt and leave a `pending` record for this one: owned by this sweep on the
-    local launcher; on Slurm the job id owns it (and sacct settles it), as the sweep returns at once.
-
-    A previous attempt still marked unfinished was abandoned (no other sweep holds out_dir's lock): it is settled,
-    and a job of it that still runs (an orphan of a killed sweep) is told to stop; it could no longer write the
-    cell's record anyway."""
-    earlier = read_record(spec.cell_dir)
-    if local and earlier is not None and earlier.status in UNFINISHED and not earlier.owner.get("slurm_job"):
-        owner.stop_orphan(earlier)
-        if earlier.owner and owner.settle(spec.cell_dir, earlier).status in UNFINISHED:
-            earlier.status = Status.CANCELLED
-            earlier.error = "its sweep ended before it finished; the next sweep of the cell stopped it (SIGTERM)"
-            write_record(spec.cell_dir, earlier)
-    attempt = start_attempt(spec.cell_dir)
-    write_record(spec.cell_dir, spec.new_record(status="pending", attempt=attempt, fingerprint=spec.fingerprint,
-                                                owner=owner.me() if local else {}))
-    return attempt
-
-
 def local_executor(out_dir: Path) -> submitit.LocalExecutor:
     """submitit's LocalExecutor itself: AutoExecutor does not pass `visible_gpus` through."""
     return submitit.LocalExecutor(folder=out_dir / "submitit" / "%j")
 
 
-def finish_lost(spec: CellSpec, job: submitit.Job | None, reason: str) -> dict[str, Any]:
+def finish_lost(spec: CellSpec, job: submitit.Job | None, reason: str) -> Record:
     """Write the record of a job that ended without writing its own final one."""
     record = read_record(spec.cell_dir)
     if record is None or record.status == UNREADABLE:
         record = spec.new_record(status="running", attempt=record.attempt if record else 1)
     if record.status not in UNFINISHED:
-        return record.to_dict()
+        return record
     record.status = Status.CANCELLED if record.status == Status.PENDING and job is None else Status.KILLED
     record.error = reason
     record.ended_at = now()
@@ -90,10 +58,10 @@ def finish_lost(spec: CellSpec, job: submitit.Job | None, reason: str) -> dict[s
         record.log_tail = tail("\n".join(t for t in texts if t), spec.parse["tail_lines"]) or None
         record.logs = {**record.logs, "job_stderr": str(job.paths.stderr), "job_stdout": str(job.paths.stdout)}
     write_record(spec.cell_dir, record)
-    return record.to_dict()
+    return record
 
 
-def collect_result(spec: CellSpec, job: submitit.Job) -> dict[str, Any]:
+def collect_result(spec: CellSpec, job: submitit.Job) -> Record:
     try:
         return job.result()
     except Exception as exc:  # the job process died: submitit says why, the record may be unfinished
@@ -101,15 +69,37 @@ def collect_result(spec: CellSpec, job: submitit.Job) -> dict[str, Any]:
         return finish_lost(spec, job, f"the job ended without a record: {first[0] if first else exc!r}")
 
 
+@dataclass(frozen=True)
+class LocalLauncher:
+    """`launcher=local` (conf/launcher/local.yaml): submitit's LocalExecutor on this machine, `parallel` cells at
+    once; the sweep follows them to the end."""
+
+    parallel: int = 1
+    poll_s: float = 1.0
+
+    @classmethod
+    def from_config(cls, launcher: Any) -> LocalLauncher:
+        return cls(parallel=number(launcher.parallel, "launcher.parallel", int, 1, True),
+                   poll_s=number(launcher.poll_s, "launcher.poll_s"))
+
+    def launch(self, specs: list[CellSpec], refused: list[Record], out_dir: Path, what: str, console: Console,
+               wait: bool = False, force: bool = False) -> int:
+        """Run the cells to the end (`wait` is what it does anyway; `force` has no job of an earlier sweep to
+        cancel: out_dir's lock says no other sweep runs)."""
+        records = refused + sweep_local(specs, out_dir, self.parallel, self.poll_s, console)
+        console.print(f"[bold]done:[/] {summarize(records)}")
+        return exit_code(records)
+
+
 def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: float,
-                console: Console | None = None) -> list[dict[str, Any]]:
+                console: Console | None = None) -> list[Record]:
     """Run the cells through submitit's local executor, at most `parallel` at once, in matrix order."""
     console = console or Console(stderr=True)
     executor = local_executor(out_dir)
     attempts = {spec.id: prepare(spec) for spec in specs}
     queue = list(specs)
     running: dict[str, tuple[CellSpec, submitit.Job]] = {}
-    results: list[dict[str, Any]] = []
+    results: list[Record] = []
     counts: Counter[str] = Counter()
     with console_progress(console) as progress:
         task = progress.add_task("sweep", total=len(specs), counts="")
@@ -126,7 +116,7 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
                         del running[cell_id]
                         record = collect_result(spec, job)
                         results.append(record)
-                        counts[record["status"]] += 1
+                        counts[record.status] += 1
                         progress.console.print(describe(record))
                         progress.update(task, advance=1, counts=counts_text(counts))
                 if running:
@@ -145,7 +135,7 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
     return results
 
 
-def _settle_quietly(results: list[dict[str, Any]], spec: CellSpec, job: submitit.Job | None, reason: str) -> None:
+def _settle_quietly(results: list[Record], spec: CellSpec, job: submitit.Job | None, reason: str) -> None:
     """finish_lost where the disk may be full: a record that cannot be written now stays `pending`/`running`,
     owned by this sweep, and is settled by the next status, sweep or rerun (owner.py)."""
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ..spec import CellSpec
+from ...spec import CellSpec
 from .follow import CellState, poll
 from .manifest import manifest_path
 
@@ -28,7 +28,7 @@ def leave_active(specs: list[CellSpec], out_dir: Path, force: bool,
         _cancel(out_dir, active, console)
         return specs, []
     for c in active:
-        console.print(f"[yellow]not submitted[/] {escape(c.cell)}: job {c.entry['job_id']} is still "
+        console.print(f"[yellow]not submitted[/] {escape(c.cell)}: job {c.entry.job_id} is still "
                       f"{c.shown} (--force cancels it and submits the cell again)")
     skipped = {c.cell for c in active}
     return [s for s in specs if s.id not in skipped], sorted(skipped)
@@ -36,7 +36,7 @@ def leave_active(specs: list[CellSpec], out_dir: Path, force: bool,
 
 def _cancel(out_dir: Path, active: list[CellState], console: Console, timeout_s: float = 120) -> None:
     """scancel these cells' jobs, wait until Slurm has ended them, and settle their records."""
-    ids = [c.entry["job_id"] for c in active]
+    ids = [c.entry.job_id for c in active]
     console.print(f"[yellow]--force:[/] cancelling {len(ids)} jobs still pending or running ({', '.join(ids)})")
     subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=120)
     deadline = time.monotonic() + timeout_s

@@ -14,9 +14,9 @@ from typing import Any
 import submitit
 from submitit.core.utils import DelayedSubmission, UncompletedJobError
 
-from ..job import Preempted, now, run_cell
-from ..record import Status, read_record, write_record
-from ..spec import CellSpec
+from ...job import Preempted, now, run_cell
+from ...record import Record, Status, read_record, write_record
+from ...spec import CellSpec
 
 # Slurm may send the --signal up to 60 s before the time it was asked for.
 SIGNAL_SLACK_S = 90
@@ -46,7 +46,7 @@ class CellJob(submitit.helpers.Checkpointable):
         self._started: float | None = None
         self._delegate: Any = None
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> Record:
         self._started = time.monotonic()
         self.requeues = max(self.requeues, int(os.environ.get("SLURM_RESTART_COUNT") or 0))
         if self.requeues > self.max_requeues:
@@ -84,7 +84,7 @@ class CellJob(submitit.helpers.Checkpointable):
         return DelayedSubmission(CellJob(self.spec, self.attempt, self.time_limit_s, self.signal_delay_s,
                                          self.max_requeues, self.requeues + 1))
 
-    def _give_up(self) -> dict[str, Any]:
+    def _give_up(self) -> Record:
         spec = self.spec
         record = read_record(spec.cell_dir) or spec.new_record()
         record.status, record.requeues, record.ended_at = Status.FAILED, self.requeues, now()
@@ -92,4 +92,4 @@ class CellJob(submitit.helpers.Checkpointable):
         record.error = (f"Slurm ran the job {self.requeues + 1} times (preemption or node failure); "
                         f"max_requeues={self.max_requeues}")
         write_record(spec.cell_dir, record)
-        return record.to_dict()
+        return record

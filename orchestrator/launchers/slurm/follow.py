@@ -10,15 +10,14 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
-from ..console import counts_text
-from ..console import progress as console_progress
-from ..record import UNFINISHED, Record, write_record
-from ..spec import cell_dir
-from .manifest import read_manifest
+from ...console import counts_text
+from ...console import progress as console_progress
+from ...record import UNFINISHED, Record, Status, write_record
+from ...spec import cell_dir
+from .manifest import Entry, read_entries, read_manifest
 from .sacct import UNKNOWN_GRACE_S, JobState, lookup, sacct
 from .settle import settle, settled
 
@@ -31,8 +30,8 @@ ENDING_GRACE_S = 90
 @dataclass
 class CellState:
     cell: str
-    record: dict[str, Any] | None
-    entry: dict[str, Any] | None
+    record: Record | None
+    entry: Entry | None
     job: JobState | None
 
     @property
@@ -42,20 +41,20 @@ class CellState:
         if self.entry is None or not self._current:
             return False
         if self.job is None:
-            return _age_s(self.entry.get("submitted_at")) < UNKNOWN_GRACE_S
+            return _age_s(self.entry.submitted_at) < UNKNOWN_GRACE_S
         return self.job.active or self.ending
 
     @property
     def ending(self) -> bool:
         return (self.job is not None and self.job.state in SIGNALLED and self.record is not None
-                and self.record.get("status") == "running" and _end_age_s(self.job.end) < ENDING_GRACE_S)
+                and self.record.status == Status.RUNNING and _end_age_s(self.job.end) < ENDING_GRACE_S)
 
     @property
     def _current(self) -> bool:
         """The manifest's job is the one of the cell's record (not superseded by a later local attempt)."""
         if self.record is None or self.entry is None:
             return True
-        return int(self.record.get("attempt") or 0) <= int(self.entry.get("attempt") or 0)
+        return int(self.record.attempt or 0) <= int(self.entry.attempt or 0)
 
     @property
     def shown(self) -> str:
@@ -65,11 +64,11 @@ class CellState:
             if self.ending:
                 return "ending"
             return state.lower() if state in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED") else "running"
-        return self.record["status"] if self.record else "missing"
+        return str(self.record.status) if self.record else "missing"
 
     @property
     def finished(self) -> bool:
-        return not self.active and self.record is not None and self.record["status"] not in UNFINISHED
+        return not self.active and self.record is not None and self.record.status not in UNFINISHED
 
 
 def _end_age_s(end: str) -> float:
@@ -87,35 +86,33 @@ def _age_s(stamp: str | None) -> float:
 
 
 def poll(out_dir: Path, cells: list[str] | None = None,
-         records: dict[str, dict[str, Any]] | None = None) -> list[CellState]:
+         records: dict[str, Record] | None = None) -> list[CellState]:
     """Ask Slurm about every job of the manifest (one sacct call), settle the ended ones, return each cell."""
-    from ..selection import recorded
+    from ...selection import recorded
 
-    manifest = read_manifest(out_dir)
-    entries = {c: e for c, e in manifest["cells"].items() if cells is None or c in cells}
-    states = sacct([e["job_id"] for e in entries.values()])
+    entries = {c: e for c, e in read_entries(out_dir).items() if cells is None or c in cells}
+    states = sacct([e.job_id for e in entries.values()])
     records = recorded(Path(out_dir)) if records is None else records  # status passes the ones it has read
     found = []
     for cell_id, entry in entries.items():
-        job = lookup(states, entry["job_id"])
-        if job is None and _age_s(entry.get("submitted_at")) >= UNKNOWN_GRACE_S:
-            job = JobState(entry["job_id"], "UNKNOWN")
+        job = lookup(states, entry.job_id)
+        if job is None and _age_s(entry.submitted_at) >= UNKNOWN_GRACE_S:
+            job = JobState(entry.job_id, "UNKNOWN")
         state = CellState(cell_id, records.get(cell_id), entry, job)
         ended = job is not None and not job.active and not state.ending
         if ended and state._current and not settled(state.record, entry):
-            before = Record.from_dict(state.record) if state.record else _blank(cell_id, entry)
-            after = settle(before, entry, job)
-            if after.to_dict() != state.record:
-                write_record(cell_dir(entry["out_dir"], cell_id), after)
-                state.record = after.to_dict()
+            after = settle(state.record or _blank(cell_id, entry), entry, job)
+            if after != state.record:
+                write_record(cell_dir(entry.out_dir, cell_id), after)
+                state.record = after
         found.append(state)
     return found
 
 
-def _blank(cell_id: str, entry: dict[str, Any]) -> Record:
+def _blank(cell_id: str, entry: Entry) -> Record:
     policy, gpu, torch = cell_id.split("/")
-    return Record(cell=cell_id, policy=policy, gpu=gpu, torch=torch, exporter=entry.get("exporter", ""),
-                  status="pending", attempt=int(entry.get("attempt") or 1))
+    return Record(cell=cell_id, policy=policy, gpu=gpu, torch=torch, exporter=entry.exporter,
+                  status="pending", attempt=int(entry.attempt or 1))
 
 
 def counts(cells: list[CellState]) -> Counter[str]:

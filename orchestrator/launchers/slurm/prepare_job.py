@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoints import CheckpointFailed, ensure_random_checkpoint
-from ..job import MAKE_RANDOM_LOG, current_job_id, job_env, now, probe_versions, stopped_by
-from ..logparse import last_error_line, tail
-from ..record import Status, Step, read_record, write_record
-from ..spec import CellSpec
-from .manifest import read_manifest
+from ...checkpoints import CheckpointFailed, ensure_random_checkpoint
+from ...job import MAKE_RANDOM_LOG, current_job_id, job_env, now, probe_versions, stopped_by
+from ...logparse import last_error_line, tail
+from ...record import Status, Step, read_record, write_record
+from ...spec import CellSpec
+from .manifest import read_entries
 
 PREPARE_LOGS = "prepare"
 
@@ -59,13 +59,13 @@ def checkpoint_tasks(specs: list[CellSpec]) -> list[CheckpointTask]:
 class PrepareCheckpoint:
     """The body of one preparation task: probe the build's lerobot, build the checkpoint (or find it built)."""
 
-    def __init__(self, task: CheckpointTask, out_dir: str) -> None:
+    def __init__(self, task: CheckpointTask, out_dir: Path) -> None:
         self.task, self.out_dir = task, out_dir
 
     def __call__(self) -> dict[str, Any]:
         spec = self.task.first
         env = job_env(spec)
-        log = Path(self.out_dir) / PREPARE_LOGS / f"{self.task.name}-{current_job_id() or 'local'}.log"
+        log = self.out_dir / PREPARE_LOGS / f"{self.task.name}-{current_job_id() or 'local'}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         lerobot = probe_versions(spec, env, cuda=False).get("lerobot") or "unknown"
         try:
@@ -82,7 +82,7 @@ class PrepareCheckpoint:
         status, error = stopped_by(exc.timed_out, exc.returncode, self.task.timeout_min, Step.MAKE_RANDOM,
                                    Step.MAKE_RANDOM) or \
             (Status.FAILED, last_error_line(text.splitlines(), self.task.first.parse["exception"]))
-        entries = read_manifest(Path(self.out_dir))["cells"]
+        entries = read_entries(self.out_dir)
         failed, jobs = [], []
         for spec in self.task.cells:
             current = read_record(spec.cell_dir)
@@ -98,8 +98,8 @@ class PrepareCheckpoint:
             if write_record(spec.cell_dir, record):
                 failed.append(spec.id)
                 entry = entries.get(spec.id)
-                if entry and entry.get("attempt") == current.attempt:
-                    jobs.append(entry["job_id"])
+                if entry and entry.attempt == current.attempt:
+                    jobs.append(entry.job_id)
         if jobs:  # still pending behind this array's dependency: they never start
             subprocess.run(["scancel", "--state=PENDING", *jobs], capture_output=True, text=True, timeout=120)
         return failed

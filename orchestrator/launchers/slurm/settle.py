@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any
 
-from ..job import current_step, now
-from ..logparse import tail
-from ..record import UNFINISHED, Record, Status
-from ..spec import cell_dir
+from ...job import current_step, now
+from ...logparse import tail
+from ...record import UNFINISHED, Record, Status
+from ...spec import cell_dir
+from .manifest import Entry
 from .sacct import UNKNOWN_GRACE_S, JobState
 
 TAIL_LINES = 40
@@ -36,14 +36,14 @@ def _step_from_files(directory: Path) -> str:
     return "make_random" if (directory / "make_random.log").exists() else "setup"
 
 
-def settled(record: dict[str, Any] | None, entry: dict[str, Any]) -> bool:
+def settled(record: Record | None, entry: Entry) -> bool:
     """The record is already the one `settle` gave for this job: settling it again would give it back unchanged,
     so a status of a finished sweep does not rebuild thousands of records to find nothing to write."""
-    return (record is not None and record.get("status") not in UNFINISHED and record.get("job_id") == entry["job_id"]
-            and (record.get("logs") or {}).get("job_stdout") == entry.get("stdout"))
+    return (record is not None and record.status not in UNFINISHED and record.job_id == entry.job_id
+            and (record.logs or {}).get("job_stdout") == entry.stdout)
 
 
-def settle(record: Record, entry: dict[str, Any], job: JobState) -> Record:
+def settle(record: Record, entry: Entry, job: JobState) -> Record:
     """The record a cell keeps once its Slurm job has ended in `job.state` (a copy; the caller writes it).
 
     COMPLETED: the job's own record (an unfinished one is an `error`); FAILED: the job's own record if it wrote
@@ -53,7 +53,7 @@ def settle(record: Record, entry: dict[str, Any], job: JobState) -> Record:
     new = Record.from_dict(record.to_dict())
     unfinished = new.status in UNFINISHED
     state, slurm = job.state, f"Slurm {job.state}{' ' + job.detail if job.detail else ''}"
-    directory = cell_dir(entry["out_dir"], record.cell)
+    directory = cell_dir(entry.out_dir, record.cell)
     if state == "COMPLETED":
         if not unfinished:
             return new
@@ -66,14 +66,14 @@ def settle(record: Record, entry: dict[str, Any], job: JobState) -> Record:
         new.failed_step = new.failed_step or _step_from_files(directory)
     elif state == "TIMEOUT":
         new.status = Status.TIMEOUT
-        new.error = f"the job ran past its Slurm time limit of {job.timelimit or entry.get('time_min')} ({slurm})"
+        new.error = f"the job ran past its Slurm time limit of {job.timelimit or entry.time_min} ({slurm})"
         new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
     elif state == "OUT_OF_MEMORY":
         new.status = Status.OOM
-        new.error = f"the job ran out of its {entry.get('signature', {}).get('mem_gb')} GB of memory ({slurm})"
+        new.error = f"the job ran out of its {entry.signature.get('mem_gb')} GB of memory ({slurm})"
         new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
     elif state == "CANCELLED":
-        if not unfinished and record.job_id and record.job_id != entry["job_id"]:
+        if not unfinished and record.job_id and record.job_id != entry.job_id:
             return new  # finished by another job: the make_random preparation failed and cancelled this one
         started = record.status != "pending" and record.started_at
         new.status = Status.CANCELLED
@@ -82,16 +82,16 @@ def settle(record: Record, entry: dict[str, Any], job: JobState) -> Record:
         if not unfinished:
             return new
         new.status = Status.ERROR
-        new.error = (f"Slurm's accounting has no job {entry['job_id']}, {UNKNOWN_GRACE_S // 60} minutes after "
+        new.error = (f"Slurm's accounting has no job {entry.job_id}, {UNKNOWN_GRACE_S // 60} minutes after "
                      "its submission")
     else:  # NODE_FAIL, PREEMPTED, BOOT_FAIL, DEADLINE, ...: Slurm ended it and did not requeue it (again)
         new.status = Status.FAILED
         new.error = f"Slurm ended the job and did not run it again ({slurm}, {_exit_text(job.exit_code)})"
         new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
-    new.job_id = entry["job_id"]
+    new.job_id = entry.job_id
     new.ended_at = new.ended_at or now()
-    new.logs = {**new.logs, "job_stdout": entry["stdout"], "job_stderr": entry["stderr"]}
+    new.logs = {**new.logs, "job_stdout": entry.stdout, "job_stderr": entry.stderr}
     if unfinished or not new.log_tail:
-        texts = [Path(p).read_text(errors="replace") for p in (entry["stderr"], entry["stdout"]) if Path(p).exists()]
+        texts = [Path(p).read_text(errors="replace") for p in (entry.stderr, entry.stdout) if Path(p).exists()]
         new.log_tail = tail("\n".join(texts), TAIL_LINES) or new.log_tail
     return new

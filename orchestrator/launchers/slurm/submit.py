@@ -17,12 +17,13 @@ import submitit
 from rich.console import Console
 from rich.markup import escape
 
-from ..job import now, refuse
-from ..launch import job_timeout_min, prepare
-from ..spec import CellSpec
+from ...job import now, refuse
+from ...record import Record
+from ...spec import CellSpec
+from ..common import job_timeout_min, prepare
 from .cell_job import CellJob
 from .limits import chunks, cluster_limits
-from .manifest import merge_manifest
+from .manifest import Entry, merge_manifest
 from .prepare_job import CheckpointTask, PrepareCheckpoint, checkpoint_tasks
 
 SUBMITIT_DIR = "submitit"
@@ -44,7 +45,7 @@ class SlurmSettings:
 
     @classmethod
     def from_config(cls, launcher: Any) -> SlurmSettings:
-        from ..config import to_plain
+        from ...config import to_plain
 
         plain = to_plain(launcher)
         known = {k: plain[k] for k in cls.__dataclass_fields__ if plain.get(k) is not None}
@@ -93,7 +94,7 @@ def resources(spec: CellSpec, settings: SlurmSettings) -> Resources:
 class Submitted:
     sweep_id: str
     arrays: list[dict[str, Any]]
-    refused: list[dict[str, Any]]  # records of cells whose array sbatch refused
+    refused: list[Record]  # records of cells whose array sbatch refused
 
 
 def _executor(out_dir: Path, settings: SlurmSettings) -> submitit.AutoExecutor:
@@ -114,7 +115,7 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
         groups.setdefault(resources(spec, settings), []).append(spec)
     batches = [(res, part) for res, group in groups.items() for part in chunks(group, per_array)]
     arrays: list[dict[str, Any]] = []
-    refused: list[dict[str, Any]] = []
+    refused: list[Record] = []
     sweep = {"what": what, "submitted_at": now(), "launcher": "slurm", "poll_s": settings.poll_s}
     preparing = _submit_prepare(out_dir, settings, checkpoint_tasks(specs), console) if specs else None
     if preparing:
@@ -130,7 +131,7 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
 
 def _submit_batch(out_dir: Path, settings: SlurmSettings, res: Resources, group: list[CellSpec], sweep_id: str,
                   sweep: dict[str, Any], preparing: dict[str, Any] | None, arrays: list[dict[str, Any]],
-                  refused: list[dict[str, Any]], console: Console) -> None:
+                  refused: list[Record], console: Console) -> None:
     """One GPU job array: its cells' pending records, sbatch, the manifest; or their records if sbatch says no."""
     attempts = {spec.id: prepare(spec, local=False) for spec in group}
     after = {"dependency": f"afterany:{preparing['job_id']}"} if preparing else {}
@@ -145,11 +146,10 @@ def _submit_batch(out_dir: Path, settings: SlurmSettings, res: Resources, group:
     array_id = str(jobs[0].job_id).split("_")[0]
     submitted_at = now()
     signature = asdict(res)
-    cells = {spec.id: {"job_id": str(job.job_id), "array": array_id, "sweep": sweep_id,
-                       "attempt": attempts[spec.id], "fingerprint": spec.fingerprint.get("key"),
-                       "configs": spec.configs, "signature": signature, "time_min": res.time_min,
-                       "submitted_at": submitted_at, "out_dir": spec.out_dir, "exporter": spec.exporter,
-                       "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
+    cells = {spec.id: Entry(job_id=str(job.job_id), array=array_id, sweep=sweep_id, attempt=attempts[spec.id],
+                            fingerprint=spec.fingerprint.get("key"), configs=spec.configs, signature=signature,
+                            time_min=res.time_min, submitted_at=submitted_at, out_dir=spec.out_dir,
+                            exporter=spec.exporter, stdout=str(job.paths.stdout), stderr=str(job.paths.stderr))
              for spec, job in zip(group, jobs, strict=True)}
     array = {"job_id": array_id, "cells": len(group), "signature": signature}
     arrays.append(array)
@@ -178,7 +178,7 @@ def _submit_prepare(out_dir: Path, settings: SlurmSettings, tasks: list[Checkpoi
     executor.update_parameters(**params)
     try:
         with executor.batch():
-            jobs = [executor.submit(PrepareCheckpoint(task, str(out_dir))) for task in tasks]
+            jobs = [executor.submit(PrepareCheckpoint(task, Path(out_dir))) for task in tasks]
     except Exception as exc:  # sbatch refused it: the GPU jobs build their checkpoints themselves
         reason = (str(exc).strip().splitlines() or [repr(exc)])[-1]
         console.print(f"[yellow]the make_random preparation array was refused ({escape(reason)}); each GPU job "
