@@ -12,6 +12,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from .record import Status
+
 if TYPE_CHECKING:
     from .record import Record
 
@@ -46,7 +48,7 @@ def describe(record: Record) -> str:
 
 def exit_code(records: Iterable[Record]) -> int:
     """A launch's exit status: 1 where a cell could not even start (`error`), else 0 (failures are results)."""
-    return 1 if any(r.status == "error" for r in records) else 0
+    return 1 if any(r.status == Status.ERROR for r in records) else 0
 
 
 def summarize(records: Iterable[Record]) -> str:

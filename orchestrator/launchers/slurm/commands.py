@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from ...config import ConfigError
 from ...console import exit_code, summarize
-from ...record import Record, Status
+from ...record import Record
 from ...spec import CellSpec
 from .active import leave_active
 from .follow import wait_for
@@ -71,4 +71,4 @@ def wait_command(out_dir: Path, poll_s: float | None, overrides: list[str], conf
         console.print(f"[red]{escape(f'export-matrix: error: could not ask Slurm about the jobs: {exc}')}[/]")
         return 2
     show_status(out_dir, overrides, config_dir, polled=cells)  # the last poll's states: no second sacct
-    return 1 if any(c.record and c.record.status == Status.ERROR for c in cells) else 0
+    return exit_code(c.record for c in cells if c.record)
