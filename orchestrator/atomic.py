@@ -10,17 +10,23 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def write_bytes_atomic(path: Path, data: str | bytes) -> None:
+    write_atomic(path, lambda handle: handle.write(data.encode() if isinstance(data, str) else data))
+
+
+def write_atomic(path: Path, fill: Callable[[BinaryIO], object]) -> None:
+    """path's new content is what fill writes into the open file, or path is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode() if isinstance(data, str) else data)
+            fill(handle)
             handle.flush()
             os.fsync(handle.fileno())
         try:

@@ -65,7 +65,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monkeypatch) -> None:
     same_as_full_read(out)  # cold: no index yet, everything read, the index written
-    assert (out / INDEX_DIR / "cells.parquet").exists()
+    assert (out / INDEX_DIR / "cells.arrow").exists()
     seen = reads(monkeypatch)
     load_indexed(out)
     assert seen == [], "an unchanged tree was read again"
@@ -73,10 +73,11 @@ def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monke
     put(out, "p1/h100/stock", status="failed", failed_step="check", max_diff=0.09, tolerance=0.075)  # rewritten
     put(out, "p7/a100/stock", status="passed", max_diff=0.02, tolerance=0.075)  # a new policy
     put(out, "p2/h100/pr202925", status="timeout", failed_step="export")  # a new build in a known gpu dir
+    put(out, "p1-x/h100/stock", status="passed")  # sorts before p1/ by path ("-" < "/"), after it by name
     seen.clear()
     load_indexed(out)
     assert sorted(Path(p).parent.name + "/" + Path(p).parent.parent.parent.name for p in seen) == \
-        ["pr202925/p2", "stock/p1", "stock/p7"]
+        ["pr202925/p2", "stock/p1", "stock/p1-x", "stock/p7"]
     same_as_full_read(out)
 
     late = out / "cells" / "p3" / "a100" / "nightly"  # a cell directory that has no record yet ...
@@ -97,5 +98,5 @@ def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monke
     assert not cells["id"].str.startswith("p5/h100/").any()
     assert history["id"].tolist() == ["p0/h100/stock"]
 
-    (out / INDEX_DIR / "cells.parquet").write_bytes(b"not parquet")  # a broken index: a full read again
+    (out / INDEX_DIR / "cells.arrow").write_bytes(b"not an arrow file")  # a broken index: a full read again
     same_as_full_read(out)

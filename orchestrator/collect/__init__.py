@@ -21,7 +21,8 @@ from ..config import Composed, ConfigError, axis_list, compose_config, to_plain
 from . import changes as changes_md
 from . import render_html, render_md
 from .catalog import load_catalog
-from .index import load_indexed
+from .csv_memo import MEMO_FILE, CsvMemo
+from .index import INDEX_DIR, load_indexed
 from .records import REPRO_EXPORTER
 from .rules import build_matrix, cells_table, classify_cells, repro_table
 from .settings import DEFAULTS, Settings
@@ -97,8 +98,10 @@ def collect(out_dir: Path, settings: Settings) -> Collected:
 
 
 def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
-           timings: dict[str, float] | None = None) -> Collected:
+           timings: dict[str, float] | None = None, memo: CsvMemo | None = None) -> Collected:
+    """The outputs; `memo` holds the CSV rows of an earlier collect, so only changed rows are rendered again."""
     timings = timings if timings is not None else {}
+    memo = memo if memo is not None else CsvMemo()
     start = time.perf_counter()
     is_repro = cells["repro_row"].notna()
     repros = repro_table(cells[is_repro], settings)
@@ -108,9 +111,9 @@ def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
     start = time.perf_counter()
     summary = render_md.summarize(matrix, classified, settings, repros)
     outputs = {
-        "cells.csv": cells_table(classified, settings).to_csv(index=False, lineterminator="\n"),
-        "matrix.csv": matrix.to_csv(index=False, lineterminator="\n"),
-        "repros.csv": repros.to_csv(index=False, lineterminator="\n"),
+        "cells.csv": memo.to_csv("cells.csv", cells_table(classified, settings)),
+        "matrix.csv": memo.to_csv("matrix.csv", matrix),
+        "repros.csv": memo.to_csv("repros.csv", repros),
         "matrix.md": render_md.render(matrix, classified, settings, summary),
         "report.html": render_html.render(matrix, classified, settings, summary),
     }
@@ -138,7 +141,8 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
         if len(history):
             history = history[history["id"].map(composed.selects).astype(bool)].reset_index(drop=True)
     _complete_axes(settings, composed, overrides, config_dir, cells)
-    done = tables(cells, history, settings)
+    memo = CsvMemo(out_dir / INDEX_DIR / MEMO_FILE)
+    done = tables(cells, history, settings, memo=memo)
     spliced = splice_file(into, done.outputs["matrix.md"]) if into is not None else None  # fails before writing
     if check:
         stale = [name for name, text in done.outputs.items() if _stale(out_dir / name, text)]
@@ -157,6 +161,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     write_bytes_atomic(out_dir / CHANGES, changes_md.render(lines))
     if spliced is not None and spliced[0] != spliced[1]:
         write_bytes_atomic(into, spliced[1])
+    memo.save()
     print(changes_md.render(lines), end="")
     counts = done.matrix["symbol"].value_counts()
     print(f"collected {len(cells)} records into {len(done.matrix)} policy × GPU cells "

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ..jsonio import loads
-from ..record import ATTEMPTS_DIR, RECORD_NAME, UNREADABLE, dirs, record_paths
+from ..record import ATTEMPTS_DIR, RECORD_NAME, UNFINISHED, UNREADABLE, Status, dirs, record_paths
 
 REPRO_EXPORTER = "repro"  # conf/exporter/repro.yaml: cells that run a standalone repro, not a policy export
 # The columns a cell keeps, in order; the record fields of the same name, plus what is derived from them.
@@ -30,6 +30,9 @@ NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_
            "runs_high")
 TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "check", "repro_row", "repro_summary")
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
+# Only a failure's log tail is searched (for the catalog's patterns, when its error line matches none), so the
+# tails of passed and unfinished cells, most of a record's bytes, stay out of the frame and the collect index.
+NO_TAIL_NEEDED = frozenset({Status.PASSED, *UNFINISHED})
 
 
 def _read(path: str) -> dict[str, Any] | None:
@@ -72,12 +75,14 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
     if not isinstance(repro, dict):
         repro = {"row": None} if get("exporter") != REPRO_EXPORTER else {"row": _policy_row(policy)}
     reproduced = repro.get("reproduced")
+    status = get("status") or "error"
     return (
-        f"{policy}/{gpu}/{torch}", policy, gpu, torch, _text(get("exporter")), get("status") or "error",
+        f"{policy}/{gpu}/{torch}", policy, gpu, torch, _text(get("exporter")), status,
         get("attempt") or 1, _text(get("failed_step")), _text(get("error")), get("max_diff"), get("tolerance"),
         get("margin"), get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
         " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes), _versions(get("versions")),
-        f"cells/{policy}/{gpu}/{torch}/{log}" if log else None, _text(get("log_tail")), _text(get("ended_at")),
+        f"cells/{policy}/{gpu}/{torch}/{log}" if log else None,
+        None if status in NO_TAIL_NEEDED else _text(get("log_tail")), _text(get("ended_at")),
         _text(get("check")), None if repro.get("row") is None else str(repro["row"]),
         reproduced if isinstance(reproduced, bool) else None, _text(repro.get("summary")),
         *_runs(get("check_runs"), get("tolerance")),

@@ -1,0 +1,68 @@
+"""The CSV memo writes exactly what pandas' to_csv writes, rendering again only the rows that changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.collect.csv_memo import CsvMemo, row_keys
+
+
+def frame() -> pd.DataFrame:
+    """Values whose CSV text is easy to get wrong: signed zeros, exponents, missing next to the text "None",
+    quotes, separators, line breaks, non-ASCII."""
+    return pd.DataFrame({
+        "id": pd.Series([f"p{i}/h100/stock" for i in range(8)], dtype="str"),
+        "margin": [0.0, -0.0, 1e-05, 1.2345678901234568e20, np.nan, 0.1 + 0.2, 3.0, -2.5],
+        "attempt": np.arange(8, dtype="int64"),
+        "slow": [True, False] * 4,
+        "runs": [None, "None", np.nan, "0.63–1.27", "", "a,b", 'say "hi"', "line\nbreak"],
+        "error": pd.Series(["x\r\ny", None, "plain", "tab\there", "ünï", "trailing ", " lead", "é,\"q\"\n"],
+                           dtype="str"),
+    })
+
+
+def plain(data: pd.DataFrame) -> str:
+    return data.to_csv(index=False, lineterminator="\n")
+
+
+def test_memo_writes_what_to_csv_writes_and_renders_only_changed_rows(tmp_path: Path) -> None:
+    data = frame()
+    path = tmp_path / "rows.arrow"
+    memo = CsvMemo(path)
+    assert memo.to_csv("cells.csv", data) == plain(data)
+    assert memo.rendered == len(data)
+    memo.save()
+
+    changed = data.copy()
+    changed.loc[2, "margin"] = 1e-06  # one number
+    changed.loc[5, "runs"] = None  # a text that goes missing
+    changed = pd.concat([changed, changed.iloc[[0]].assign(id="p9/a100/stock")], ignore_index=True)  # a new row
+    again = CsvMemo(path)
+    assert again.to_csv("cells.csv", changed) == plain(changed)
+    assert again.rendered == 3, "rows that did not change were rendered again"
+    assert again.to_csv("cells.csv", changed.iloc[::-1]) == plain(changed.iloc[::-1])  # any order, same rows
+    assert CsvMemo(path).to_csv("matrix.csv", changed.iloc[:0]) == plain(changed.iloc[:0])  # header only
+
+
+def test_keys_tell_apart_what_is_written_differently() -> None:
+    keys = row_keys(pd.DataFrame({"a": [0.0, -0.0], "b": ["x", "x"]}))
+    assert keys[0] != keys[1]
+    keys = row_keys(pd.DataFrame({"a": [None, "None", "nan", ""]}, dtype=object))  # written: "", None, nan, ""
+    assert len(set(keys.tolist())) == 4, "a missing value and a text that spells it share a key"
+    assert (row_keys(frame()) == row_keys(frame())).all()
+
+
+def test_a_row_holding_the_separator_falls_back_to_to_csv() -> None:
+    data = pd.DataFrame({"error": ["fine", "record\x1eseparator", "end\x1e\nof row"]})
+    assert CsvMemo().to_csv("cells.csv", data) == plain(data)
+
+
+def test_a_broken_memo_file_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "rows.arrow"
+    path.write_bytes(b"not an arrow file")
+    memo = CsvMemo(path)
+    assert memo.to_csv("cells.csv", frame()) == plain(frame())
+    assert memo.rendered == len(frame())
