@@ -21,9 +21,9 @@ from ..config import Composed, ConfigError, axis_list, compose_config, to_plain
 from . import changes as changes_md
 from . import render_html, render_md
 from .catalog import load_catalog
-from .csv_memo import MEMO_FILE, CsvMemo
 from .index import INDEX_DIR, load_indexed
 from .records import REPRO_EXPORTER
+from .row_memo import MEMO_FILE, RowMemo, row_keys
 from .rules import build_matrix, cells_table, classify_cells, repro_table
 from .settings import DEFAULTS, Settings
 from .splice import splice_file
@@ -98,10 +98,10 @@ def collect(out_dir: Path, settings: Settings) -> Collected:
 
 
 def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
-           timings: dict[str, float] | None = None, memo: CsvMemo | None = None) -> Collected:
+           timings: dict[str, float] | None = None, memo: RowMemo | None = None) -> Collected:
     """The outputs; `memo` holds the CSV rows of an earlier collect, so only changed rows are rendered again."""
     timings = timings if timings is not None else {}
-    memo = memo if memo is not None else CsvMemo()
+    memo = memo if memo is not None else RowMemo()
     start = time.perf_counter()
     is_repro = cells["repro_row"].notna()
     repros = repro_table(cells[is_repro], settings)
@@ -109,13 +109,14 @@ def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
     matrix = build_matrix(classified, settings)
     timings["tables"] = time.perf_counter() - start
     start = time.perf_counter()
-    summary = render_md.summarize(matrix, classified, settings, repros)
+    matrix_keys = row_keys(matrix)
+    summary = render_md.summarize(matrix, classified, settings, repros, matrix_keys)
     outputs = {
         "cells.csv": memo.to_csv("cells.csv", cells_table(classified, settings)),
-        "matrix.csv": memo.to_csv("matrix.csv", matrix),
+        "matrix.csv": memo.to_csv("matrix.csv", matrix, matrix_keys),
         "repros.csv": memo.to_csv("repros.csv", repros),
-        "matrix.md": render_md.render(matrix, classified, settings, summary),
-        "report.html": render_html.render(matrix, classified, settings, summary),
+        "matrix.md": render_md.render(matrix, classified, settings, summary, memo),
+        "report.html": render_html.render(matrix, classified, settings, summary, memo),
     }
     timings["render"] = time.perf_counter() - start
     return Collected(cells=classified, matrix=matrix, outputs=outputs, timings=timings)
@@ -141,7 +142,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
         if len(history):
             history = history[history["id"].map(composed.selects).astype(bool)].reset_index(drop=True)
     _complete_axes(settings, composed, overrides, config_dir, cells)
-    memo = CsvMemo(out_dir / INDEX_DIR / MEMO_FILE)
+    memo = RowMemo(out_dir / INDEX_DIR / MEMO_FILE)
     done = tables(cells, history, settings, memo=memo)
     spliced = splice_file(into, done.outputs["matrix.md"]) if into is not None else None  # fails before writing
     if check:

@@ -10,7 +10,19 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, cell_text, columns, num, repro_cells, summarize
+from .render_md import (
+    LEGEND,
+    MAX_CELLS_LISTED,
+    REPROS_HEAD,
+    Summary,
+    cell_text,
+    columns,
+    grid_texts,
+    num,
+    repro_cells,
+    summarize,
+)
+from .row_memo import RowMemo
 from .settings import Settings
 
 MAX_CELL_ROWS = 2000  # the per-cell table; a larger sweep lists only its first cells (cells.csv has them all)
@@ -43,8 +55,15 @@ def _link(path: object, text: str, title: object = None) -> str:
     return f'<a href="{escape(quote(path))}"{tip}>{escape(text)}</a>'
 
 
-def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summary: Summary | None = None) -> str:
+def _grid_cell(row: dict) -> str:
+    title = f"{row['cell']}: {row['error']}" if isinstance(row["error"], str) else row["cell"]
+    return f'<td class="{escape(row["status"])}">{_link(row["log"], cell_text(row), title)}</td>'
+
+
+def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summary: Summary | None = None,
+           memo: RowMemo | None = None) -> str:
     summary = summary or summarize(matrix, cells, settings)
+    grid = grid_texts(matrix, summary, memo, "report.html cell", _grid_cell)
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            "<title>export matrix</title>", f"<style>{CSS}</style></head><body>",
            f"<h1>Export matrix</h1><p>{len(cells)} records{_newest(cells)}.</p>", "<table><tr><th>policy</th>"]
@@ -52,13 +71,7 @@ def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summar
     out.append("</tr>")
     for policy in summary.policies:
         out.append(f"<tr><th>{escape(policy)}</th>")
-        for gpu in summary.gpus:
-            row = summary.grid.get((policy, gpu))
-            if row is None:
-                out.append("<td></td>")
-                continue
-            title = f"{row['cell']}: {row['error']}" if isinstance(row["error"], str) else row["cell"]
-            out.append(f'<td class="{escape(row["status"])}">{_link(row["log"], cell_text(row), title)}</td>')
+        out += [grid.get((policy, gpu), "<td></td>") for gpu in summary.gpus]
         out.append("</tr>")
     out += ["</table>", f"<p>{escape(LEGEND.format(at_limit=settings.at_limit))}</p>"]
     if summary.new_failures:

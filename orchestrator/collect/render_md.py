@@ -11,11 +11,13 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pandas as pd
 
 from .catalog import NEW, Catalog, flag_column, id_key
+from .row_memo import RowMemo, row_keys, scope
 from .settings import Settings
 
 LEGEND = ("✅ passes on stock torch · 🟡 passes only with a patched build (its fixes named) · ❌ fails on every "
@@ -87,7 +89,8 @@ class Summary:
 
     policies: list[str]
     gpus: list[str]
-    grid: dict[tuple[str, str], dict]
+    pairs: list[tuple[str, str]]  # (policy, gpu) of each matrix row
+    keys: list[int]  # each matrix row's key in the row memo
     new_failures: list[tuple[str, list[str]]]  # (first error line, cell ids)
     failure_rows: list[tuple[str, str, str, str, str]]  # (#, failure, policies, repro, fixed by)
     policy_line: str
@@ -97,17 +100,30 @@ class Summary:
 
 
 def summarize(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings,
-              repros: pd.DataFrame | None = None) -> Summary:
-    policies = list(dict.fromkeys(matrix["policy"].tolist()))
-    recorded_gpus = set(matrix["gpu"].tolist())
+              repros: pd.DataFrame | None = None, keys: list[int] | None = None) -> Summary:
+    policy_column, gpu_column = columns(matrix, "policy", "gpu")
+    policies = list(dict.fromkeys(policy_column))
+    recorded_gpus = set(gpu_column)
     gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(recorded_gpus)]) if g in recorded_gpus]
-    names = list(matrix.columns)  # rows as dicts, built from column lists (to_dict boxes one value at a time)
-    rows = (dict(zip(names, values, strict=True)) for values in zip(*columns(matrix, *names), strict=True))
-    grid = {(row["policy"], row["gpu"]): row for row in rows}
-    return Summary(policies=policies, gpus=gpus, grid=grid, new_failures=new_failures(cells),
+    return Summary(policies=policies, gpus=gpus, pairs=list(zip(policy_column, gpu_column, strict=True)),
+                   keys=row_keys(matrix) if keys is None else keys, new_failures=new_failures(cells),
                    failure_rows=failure_rows(matrix, settings), policy_line=policy_to_failure(matrix, cells, settings),
                    builds=build_versions(cells, settings), gpu_versions=gpu_versions(cells, settings),
                    repros=[] if repros is None else repros.to_dict("records"))
+
+
+def row_dicts(frame: pd.DataFrame) -> Iterator[dict]:
+    """Rows as dicts, built from column lists (to_dict boxes one value at a time)."""
+    names = list(frame.columns)
+    return (dict(zip(names, values, strict=True)) for values in zip(*columns(frame, *names), strict=True))
+
+
+def grid_texts(matrix: pd.DataFrame, summary: Summary, memo: RowMemo | None, name: str,
+               render_row: Callable[[dict], str]) -> dict[tuple[str, str], str]:
+    """Each policy x gpu's text in the matrix (render_row of its row), rendering only rows the memo lacks."""
+    texts = (memo or RowMemo()).texts(scope(name), summary.keys,
+                                      lambda missing: [render_row(row) for row in row_dicts(matrix.take(missing))])
+    return dict(zip(summary.pairs, texts, strict=True))
 
 
 def columns(frame: pd.DataFrame, *names: str) -> list[list]:
@@ -303,14 +319,15 @@ def gpu_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, str
     return sorted(result, key=lambda item: _order(settings.gpus)(item[0]))
 
 
-def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summary: Summary | None = None) -> str:
+def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summary: Summary | None = None,
+           memo: RowMemo | None = None) -> str:
     summary = summary or summarize(matrix, cells, settings)
+    grid = grid_texts(matrix, summary, memo, "matrix.md cell", lambda row: md_text(cell_text(row)))
     lines = [f"<!-- export-matrix collect: {len(cells)} records; rebuilt from them, edits here are overwritten -->"]
     lines.append("| policy | " + " | ".join(md_text(settings.gpu_label(g)) for g in summary.gpus) + " |")
     lines.append("| --- |" + " --- |" * len(summary.gpus))
     for policy in summary.policies:
-        texts = [md_text(cell_text(summary.grid[(policy, g)])) if (policy, g) in summary.grid else ""
-                 for g in summary.gpus]
+        texts = [grid.get((policy, g), "") for g in summary.gpus]
         lines.append(f"| {md_text(policy)} | " + " | ".join(texts) + " |")
     lines += ["", LEGEND.format(at_limit=settings.at_limit)]
     if summary.new_failures:

@@ -1,4 +1,4 @@
-"""The CSV memo writes exactly what pandas' to_csv writes, rendering again only the rows that changed."""
+"""The row memo writes exactly what pandas' to_csv writes, rendering again only the rows that changed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestrator.collect.csv_memo import CsvMemo, row_keys
+from orchestrator.collect.row_memo import RowMemo, row_keys
 
 
 def frame() -> pd.DataFrame:
@@ -31,7 +31,7 @@ def plain(data: pd.DataFrame) -> str:
 def test_memo_writes_what_to_csv_writes_and_renders_only_changed_rows(tmp_path: Path) -> None:
     data = frame()
     path = tmp_path / "rows.arrow"
-    memo = CsvMemo(path)
+    memo = RowMemo(path)
     assert memo.to_csv("cells.csv", data) == plain(data)
     assert memo.rendered == len(data)
     memo.save()
@@ -40,29 +40,29 @@ def test_memo_writes_what_to_csv_writes_and_renders_only_changed_rows(tmp_path: 
     changed.loc[2, "margin"] = 1e-06  # one number
     changed.loc[5, "runs"] = None  # a text that goes missing
     changed = pd.concat([changed, changed.iloc[[0]].assign(id="p9/a100/stock")], ignore_index=True)  # a new row
-    again = CsvMemo(path)
+    again = RowMemo(path)
     assert again.to_csv("cells.csv", changed) == plain(changed)
     assert again.rendered == 3, "rows that did not change were rendered again"
     assert again.to_csv("cells.csv", changed.iloc[::-1]) == plain(changed.iloc[::-1])  # any order, same rows
-    assert CsvMemo(path).to_csv("matrix.csv", changed.iloc[:0]) == plain(changed.iloc[:0])  # header only
+    assert RowMemo(path).to_csv("matrix.csv", changed.iloc[:0]) == plain(changed.iloc[:0])  # header only
 
 
 def test_keys_tell_apart_what_is_written_differently() -> None:
-    keys = row_keys(pd.DataFrame({"a": [0.0, -0.0], "b": ["x", "x"]}))
+    keys = np.array(row_keys(pd.DataFrame({"a": [0.0, -0.0], "b": ["x", "x"]})))
     assert keys[0] != keys[1]
     keys = row_keys(pd.DataFrame({"a": [None, "None", "nan", ""]}, dtype=object))  # written: "", None, nan, ""
-    assert len(set(keys.tolist())) == 4, "a missing value and a text that spells it share a key"
-    assert (row_keys(frame()) == row_keys(frame())).all()
+    assert len(set(keys)) == 4, "a missing value and a text that spells it share a key"
+    assert row_keys(frame()) == row_keys(frame())
 
 
 def test_a_row_holding_the_separator_falls_back_to_to_csv() -> None:
     data = pd.DataFrame({"error": ["fine", "record\x1eseparator", "end\x1e\nof row"]})
-    assert CsvMemo().to_csv("cells.csv", data) == plain(data)
+    assert RowMemo().to_csv("cells.csv", data) == plain(data)
 
 
 def test_a_broken_memo_file_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / "rows.arrow"
     path.write_bytes(b"not an arrow file")
-    memo = CsvMemo(path)
+    memo = RowMemo(path)
     assert memo.to_csv("cells.csv", frame()) == plain(frame())
     assert memo.rendered == len(frame())

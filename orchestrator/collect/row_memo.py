@@ -1,0 +1,125 @@
+"""Rendered rows remembered by their content, so a collect renders again only the rows that changed.
+
+pandas' `to_csv` of cells.csv took a second at 100,000 cells, and the matrix's cell texts (Markdown and HTML) most
+of the rest; after a rerun almost every row is the same as before. Each row is keyed by a 64-bit hash of its
+values (exact float bits, a missing value told apart from the text "None"); a row whose key the memo holds for
+that rendering reuses its text, the others are rendered together. A rendering's scope names it and digests what
+else its text depends on: the columns and their types, pandas' version and this package's rendering code, so a
+changed renderer never serves old texts. CSV rows go through `to_csv` (which formats each value on its own), so
+the result is byte for byte `frame.to_csv(index=False, lineterminator="\\n")` (tests/test_row_memo.py). The memo
+lives in DIR/.collect-index/rows.arrow, pruned to the rows last used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.feather as feather
+
+from ..atomic import write_atomic
+
+MEMO_FILE = "rows.arrow"
+ROW_END = "\x1e\n"  # ends each row of the rows rendered together: no cell text holds \x1e (else: no memo)
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def row_keys(frame: pd.DataFrame) -> list[int]:
+    """One 64-bit key per row from every column's values; the same values give the same key."""
+    keys = np.full(len(frame), len(frame.columns), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for name in frame.columns:
+            column = frame[name]
+            if column.dtype.kind == "f":  # the bits: -0.0 and 0.0 are written differently
+                hashed = pd.util.hash_array(np.ascontiguousarray(column.to_numpy()).view(np.uint64))
+            elif column.dtype.kind in "biu":
+                hashed = pd.util.hash_array(column.to_numpy())
+            else:  # texts repeat (versions, errors): each distinct one hashed once; missing is not "None"
+                codes, uniques = pd.factorize(column, use_na_sentinel=True)
+                hashed = np.append(pd.util.hash_array(np.asarray(uniques, dtype=object)), _MIX)[codes]
+            keys = keys * _MIX + hashed + np.uint64(1)
+    return keys.tolist()
+
+
+@cache
+def _code_digest() -> str:
+    """This package's collect code and pandas' version: what a rendered text may depend on besides its row."""
+    digest = hashlib.sha1(pd.__version__.encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def scope(*parts: object) -> str:
+    """A rendering's name in the memo: its parts (name, columns, settings it reads) and the code digest."""
+    return hashlib.sha1("\0".join([_code_digest(), *map(str, parts)]).encode()).hexdigest()[:16]
+
+
+class RowMemo:
+    """Texts by (scope, row key); `save` keeps those used since the memo was opened."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.known: dict[tuple[str, int], str] = {}
+        self.used: dict[tuple[str, int], str] = {}
+        self.rendered = 0  # rows rendered again (the rest came from the memo)
+        if path is not None:
+            self._load(path)
+
+    def _load(self, path: Path) -> None:
+        try:
+            table = feather.read_table(path, memory_map=True)
+            scopes, keys, texts = (table.column(c).to_pylist() for c in ("scope", "key", "text"))
+        except (OSError, KeyError, pa.ArrowException):
+            return
+        self.known = dict(zip(zip(scopes, keys, strict=True), texts, strict=True))
+
+    def texts(self, where: str, keys: Sequence[int], render: Callable[[list[int]], list[str]]) -> list[str]:
+        """The text of each row: remembered, or from render(positions of the rows the memo lacks)."""
+        texts = [self.known.get((where, key)) for key in keys]
+        missing = [i for i, text in enumerate(texts) if text is None]
+        if missing:
+            for i, text in zip(missing, render(missing), strict=True):
+                texts[i] = text
+            self.rendered += len(missing)
+        for key, text in zip(keys, texts, strict=True):
+            self.used[(where, key)] = text
+        return texts  # type: ignore[return-value]
+
+    def to_csv(self, name: str, frame: pd.DataFrame, keys: Sequence[int] | None = None) -> str:
+        """frame.to_csv(index=False, lineterminator="\\n"), reusing the text of rows seen before."""
+        header = frame.iloc[:0].to_csv(index=False, lineterminator="\n")
+        where = scope(name, header, *frame.dtypes)
+        unsafe: list[bool] = []
+
+        def render(missing: list[int]) -> list[str]:
+            text = frame.iloc[missing].to_csv(index=False, header=False, lineterminator=ROW_END)
+            rows = text.split(ROW_END)
+            if len(rows) != len(missing) + 1 or ROW_END[0] in text.replace(ROW_END, ""):
+                unsafe.append(True)  # a value holds \x1e: its row's text is not to_csv's
+                return [""] * len(missing)
+            return rows[:-1]
+
+        texts = self.texts(where, row_keys(frame) if keys is None else keys, render)
+        if unsafe:
+            for key in (row_keys(frame) if keys is None else keys):
+                self.used.pop((where, key), None)
+            return frame.to_csv(index=False, lineterminator="\n")
+        return header + "".join(text + "\n" for text in texts)
+
+    def save(self) -> None:
+        """Keep the texts used since opening (an index that cannot be written costs the next collect time)."""
+        if self.path is None:
+            return
+        scopes, keys = zip(*self.used, strict=True) if self.used else ((), ())
+        table = pa.table({"scope": pa.array(scopes, pa.string()), "key": pa.array(keys, pa.uint64()),
+                          "text": pa.array(list(self.used.values()), pa.large_string())})
+        try:
+            write_atomic(self.path, lambda handle: feather.write_feather(table, handle, compression="uncompressed"))
+        except OSError:
+            pass
