@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from orchestrator.collect import settings_from, tables
+from orchestrator.collect.index import load_indexed
 from orchestrator.collect.row_memo import RowMemo, row_keys
+from orchestrator.config import compose_config
+
+from .test_collect_rules import SEED_MESSAGES, passed, put
 
 
 def frame() -> pd.DataFrame:
@@ -66,3 +72,44 @@ def test_a_broken_memo_file_is_ignored(tmp_path: Path) -> None:
     memo = RowMemo(path)
     assert memo.to_csv("cells.csv", frame()) == plain(frame())
     assert memo.rendered == len(frame())
+
+
+def test_a_collect_through_the_memo_equals_one_without_it_after_every_kind_of_change(tmp_path: Path) -> None:
+    """Outputs rendered with the last collect's memo (only changed rows and policies rendered again) are the
+    bytes of a render from nothing, after edits that change a matrix row, only a cell (a failure moving to
+    another build: same matrix row, other build note), a GPU's cells, and the policy set."""
+    out = tmp_path / "out"
+    oom, serialize, autocast = SEED_MESSAGES["3"], SEED_MESSAGES["7"], SEED_MESSAGES["8"]
+    fix785, fix925 = {"fixes": ["pytorch/pytorch#202785"]}, {"fixes": ["pytorch/pytorch#202925"]}
+    for i in range(5):
+        for gpu in ("h100", "a100"):
+            passed(out, f"p{i}/{gpu}/pr202785", diff=0.01 * (i + 1), **fix785)
+            put(out, f"p{i}/{gpu}/stock", "failed", failed_step="save", error=serialize)
+    for gpu in ("h100", "a100"):  # p9: all fail, 3 decides, 7 only on pr202785 ("and 7 on torch pr202785")
+        put(out, f"p9/{gpu}/stock", "failed", failed_step="compile-model", error=oom)
+        put(out, f"p9/{gpu}/pr202785", "failed", failed_step="save", error=serialize, **fix785)
+        put(out, f"p9/{gpu}/pr202925", "failed", failed_step="compile-model", error=oom, **fix925)
+    memo_path = tmp_path / "rows.arrow"
+    settings = settings_from(compose_config([f"out_dir={out}"]), [])
+
+    def render(memo: RowMemo) -> dict[str, str]:
+        cells, history = load_indexed(out)
+        return tables(cells, history, settings, memo=memo).outputs
+
+    first = RowMemo(memo_path)
+    assert render(first) == render(RowMemo())
+    first.save()
+
+    put(out, "p9/h100/pr202785", "failed", failed_step="compile-model", error=oom, **fix785)  # 7 moves
+    put(out, "p9/h100/pr202925", "failed", failed_step="save", error=serialize, **fix925)
+    put(out, "p1/a100/stock", "failed", failed_step="reload", error=autocast)  # another failure id
+    passed(out, "p2/h100/stock", diff=0.07)  # now passes on stock, at its limit
+    shutil.rmtree(out / "cells" / "p3" / "a100")  # a GPU's cells gone
+    passed(out, "p7/h100/stock")  # a new policy
+    warm = RowMemo(memo_path)
+    fresh = RowMemo()
+    warm_outputs, fresh_outputs = render(warm), render(fresh)
+    for name in fresh_outputs:
+        assert warm_outputs[name] == fresh_outputs[name], f"{name} differs between the memo and a render from nothing"
+    assert "p9: 3, and 7 on torch pr202785, pr202925." in fresh_outputs["matrix.md"]
+    assert 0 < warm.rendered < fresh.rendered / 2, (warm.rendered, fresh.rendered)

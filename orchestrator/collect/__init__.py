@@ -110,9 +110,12 @@ def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
     timings["tables"] = time.perf_counter() - start
     start = time.perf_counter()
     matrix_keys = row_keys(matrix)
-    summary = render_md.summarize(matrix, classified, settings, repros, matrix_keys)
+    table = cells_table(classified, settings)
+    table_keys = row_keys(table)
+    summary = render_md.summarize(matrix, classified, settings, repros, matrix_keys, memo,
+                                  pd.DataFrame({"policy": table["policy"], "key": table_keys}))
     outputs = {
-        "cells.csv": memo.to_csv("cells.csv", cells_table(classified, settings)),
+        "cells.csv": memo.to_csv("cells.csv", table, table_keys),
         "matrix.csv": memo.to_csv("matrix.csv", matrix, matrix_keys),
         "repros.csv": memo.to_csv("repros.csv", repros),
         "matrix.md": render_md.render(matrix, classified, settings, summary, memo),

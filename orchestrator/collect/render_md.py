@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .catalog import NEW, Catalog, flag_column, id_key
-from .row_memo import RowMemo, row_keys, scope
+from .catalog import NEW, flag_column
+from .failure_summary import Part, columns, failure_rows, order, policy_line, policy_parts
+from .row_memo import RowMemo, policy_keys, row_keys, scope
 from .settings import Settings
 
 LEGEND = ("✅ passes on stock torch · 🟡 passes only with a patched build (its fixes named) · ❌ fails on every "
@@ -99,17 +100,40 @@ class Summary:
     repros: list[dict]  # repros.csv's rows: the standalone repros and whether each still reproduces
 
 
-def summarize(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings,
-              repros: pd.DataFrame | None = None, keys: list[int] | None = None) -> Summary:
+def summarize(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, repros: pd.DataFrame | None = None,
+              keys: list[int] | None = None, memo: RowMemo | None = None,
+              cell_keys: pd.DataFrame | None = None) -> Summary:
     policy_column, gpu_column = columns(matrix, "policy", "gpu")
     policies = list(dict.fromkeys(policy_column))
     recorded_gpus = set(gpu_column)
     gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(recorded_gpus)]) if g in recorded_gpus]
+    keys = row_keys(matrix) if keys is None else keys
+    parts = _policy_parts(matrix, cells, settings, policies, memo, keys, cell_keys)
     return Summary(policies=policies, gpus=gpus, pairs=list(zip(policy_column, gpu_column, strict=True)),
-                   keys=row_keys(matrix) if keys is None else keys, new_failures=new_failures(cells),
-                   failure_rows=failure_rows(matrix, settings), policy_line=policy_to_failure(matrix, cells, settings),
-                   builds=build_versions(cells, settings), gpu_versions=gpu_versions(cells, settings),
+                   keys=keys, new_failures=new_failures(cells), failure_rows=failure_rows(parts, settings),
+                   policy_line=policy_line(parts), builds=build_versions(cells, settings),
+                   gpu_versions=gpu_versions(cells, settings),
                    repros=[] if repros is None else repros.to_dict("records"))
+
+
+def _policy_parts(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, policies: list[str],
+                  memo: RowMemo | None, matrix_keys: list[int], cell_keys: pd.DataFrame | None) -> dict[str, Part]:
+    """Each recorded policy's part of the failure summary, in table order, computed only for the policies whose
+    rows the memo has not seen. cell_keys: the cells' policy and key (of their cells.csv row, which holds
+    everything a part reads of a cell); without it, every part is computed."""
+    if memo is None or cell_keys is None:
+        return policy_parts(matrix, cells, settings)
+    keys = policy_keys(matrix["policy"], matrix_keys, cell_keys["policy"], cell_keys["key"].tolist(), policies)
+
+    def compute(missing: list[int]) -> list[str]:
+        wanted = {policies[i] for i in missing}
+        parts = policy_parts(matrix[matrix["policy"].isin(wanted)], cells[cells["policy"].isin(wanted)], settings)
+        return [json.dumps(parts.get(policies[i])) for i in missing]
+
+    where = scope("policy part", settings.gpus, sorted(settings.gpu_labels.items()),
+                  [(e.id, e.signal) for e in settings.catalog.entries])
+    texts = memo.texts(where, keys, compute)
+    return {policy: part for policy, part in zip(policies, map(json.loads, texts), strict=True) if part is not None}
 
 
 def row_dicts(frame: pd.DataFrame) -> Iterator[dict]:
@@ -126,156 +150,12 @@ def grid_texts(matrix: pd.DataFrame, summary: Summary, memo: RowMemo | None, nam
     return dict(zip(summary.pairs, texts, strict=True))
 
 
-def columns(frame: pd.DataFrame, *names: str) -> list[list]:
-    """Columns as Python lists: iterating a pyarrow-backed column yields one boxed scalar at a time (most of a
-    render at 10,000 records), `tolist` converts it in one call."""
-    return [frame[name].tolist() for name in names]
-
-
 def new_failures(cells: pd.DataFrame) -> list[tuple[str, list[str]]]:
     new = cells.loc[cells[flag_column(NEW)], ["new_error", "id"]]
     if new.empty:
         return []
     grouped = new.groupby("new_error", sort=False)["id"].agg(list)
     return [(str(error), ids) for error, ids in grouped.items()]
-
-
-def _seen_on(matrix: pd.DataFrame) -> tuple[dict[str, set[str]], dict[tuple[str, str], set[str]]]:
-    """Each policy's recorded GPUs, and the GPUs where each (policy, failure id) was seen."""
-    recorded = matrix[matrix["status"] != "missing"]
-    gpus: dict[str, set[str]] = defaultdict(set)
-    seen: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for policy, gpu, failures in zip(*columns(recorded, "policy", "gpu", "failures"), strict=True):
-        gpus[policy].add(gpu)
-        for failure_id in str(failures or "").split():
-            seen[(policy, failure_id)].add(gpu)
-    return gpus, seen
-
-
-def _gpu_note(where: set[str], everywhere: set[str], settings: Settings) -> str | None:
-    if not where or where >= everywhere:
-        return None
-    return " and ".join(settings.gpu_short(g) for g in sorted(where, key=_order(settings.gpus)))
-
-
-def _order(order: list[str]):
-    rank = {name: i for i, name in enumerate(order)}
-    return lambda name: (rank.get(name, len(rank)), name)
-
-
-def failure_rows(matrix: pd.DataFrame, settings: Settings) -> list[tuple[str, str, str, str, str]]:
-    """The seed's summary table: every catalog entry with the policies seen hitting it (GPU noted when only some)."""
-    gpus, seen = _seen_on(matrix)
-    rows = []
-    for entry in settings.catalog.entries:
-        names = []
-        for policy in sorted(p for p in gpus if (p, entry.id) in seen):
-            note = _gpu_note(seen[(policy, entry.id)], gpus[policy], settings)
-            names.append(f"{policy} ({note})" if note else policy)
-        rows.append((entry.id, entry.title, ", ".join(names) or "none yet", entry.repro, entry.fixed_by))
-    return rows
-
-
-def policy_to_failure(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings) -> str:
-    """The seed's "Policy to failure:" line.
-
-    A policy's main failures are those of the cells that decided its symbols (`primary`); failures seen only on
-    other builds (the ones a patched build got past) follow as "and 7 on stock torch". A GPU is named when a
-    failure is seen on some of the policy's GPUs only. Policies with the same text share a clause; clauses are
-    ordered by their lowest failure id.
-    """
-    catalog = settings.catalog
-    recorded = matrix[matrix["status"] != "missing"]
-    everywhere: dict[str, set[str]] = defaultdict(set)
-    primary: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    secondary: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for policy, gpu, main, every in zip(*columns(recorded, "policy", "gpu", "primary", "failures"), strict=True):
-        everywhere[policy].add(gpu)
-        main_ids = set(str(main or "").split())
-        for failure_id in str(every or "").split():
-            (primary if failure_id in main_ids else secondary)[policy][failure_id].add(gpu)
-    split = {}
-    for policy in everywhere:
-        main, other = dict(primary.get(policy, {})), dict(secondary.get(policy, {}))
-        if not main and not other:
-            continue
-        if not main:
-            main, other = other, {}
-        split[policy] = (main, {k: v for k, v in other.items() if k not in main})
-    notes = _build_notes(cells, {(policy, i) for policy, (_, other) in split.items() for i in other})
-    clauses: dict[str, list[str]] = {}
-    first_id: dict[str, tuple] = {}
-    for policy, (main, other) in split.items():
-        text = _describe(policy, main, other, everywhere[policy], notes, catalog, settings)
-        clauses.setdefault(text, []).append(policy)
-        key = min(id_key(i) for i in main)
-        first_id[text] = min(first_id.get(text, key), key)
-    if not clauses:
-        return "Policy to failure: none."
-    parts = []
-    for text in sorted(clauses, key=lambda t: first_id[t]):  # stable: ties keep table order
-        hoist, body = text.split("\0")
-        parts.append(f"{', '.join(sorted(clauses[text]))}{hoist}: {body}.")
-    return "Policy to failure: " + " ".join(parts)
-
-
-def _describe(policy: str, primary: dict[str, set[str]], secondary: dict[str, set[str]], everywhere: set[str],
-              build_notes: dict[tuple[str, str], str], catalog: Catalog, settings: Settings) -> str:
-    """A clause without its policy names: "<hoisted GPU>\\0<failures>"."""
-    main = sorted(primary, key=id_key)
-    notes = {i: _gpu_note(primary[i], everywhere, settings) for i in main}
-    hoist = ""
-    if len(set(notes.values())) == 1 and notes[main[0]]:
-        hoist, notes = f" ({notes[main[0]]})", dict.fromkeys(main)
-    words = []
-    for failure_id in main:
-        word = failure_id
-        entry = catalog.by_id.get(failure_id)
-        if entry is not None and entry.signal == "slow":
-            word += " (slow, not failing)"
-        if notes[failure_id]:
-            word += f" on the {notes[failure_id]}"
-        words.append(word)
-    body = ", ".join(words)
-    by_builds: dict[str, list[str]] = defaultdict(list)
-    for failure_id in sorted(secondary, key=id_key):
-        by_builds[build_notes.get((policy, failure_id), "other builds")].append(failure_id)
-    for note, ids in by_builds.items():
-        body += f", and {', '.join(ids)} on {note}"
-    return f"{hoist}\0{body}"
-
-
-def _build_notes(cells: pd.DataFrame, needed: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """Where each needed (policy, failure id) was seen, in words: "stock torch" when it hit every stock build
-    the policy ran, else "torch <build names>". Builds are bits of an integer mask, so this is a groupby-sum."""
-    if not needed or cells.empty:
-        return {}
-    need = pd.DataFrame(sorted(needed), columns=["policy", "id"])
-    sub = cells[cells["policy"].isin(set(need["policy"].tolist()))]
-    builds = sorted(sub["torch"].unique().tolist())
-    if len(builds) > 62:  # more builds than bits: name them all
-        return {pair: "other builds" for pair in needed}
-    bit = sub["torch"].map({b: 1 << i for i, b in enumerate(builds)}).astype("int64")
-    flags = [flag_column(i) for i in sorted(set(need["id"])) if flag_column(i) in sub]
-    long = sub[["policy", "torch"]].assign(bit=bit, stock=sub["stock"], **{f: sub[f] for f in flags})
-    long = long.melt(id_vars=["policy", "torch", "bit", "stock"], value_vars=flags, var_name="flag", value_name="hit")
-    long = long[long["hit"]].drop_duplicates(["policy", "flag", "torch"])
-    long["id"] = long["flag"].str[2:]
-    long = long.merge(need, on=["policy", "id"])
-    masks = long.groupby(["policy", "id"])["bit"].sum()
-    stock = sub[sub["stock"]].assign(bit=bit).drop_duplicates(["policy", "torch"]).groupby("policy")["bit"].sum()
-    stock_mask = masks.index.get_level_values("policy").map(stock).fillna(0).astype("int64").to_numpy()
-    all_stock = (stock_mask != 0) & ((masks.to_numpy() & stock_mask) == stock_mask)
-    names: dict[int, str] = {}
-    notes = {}
-    for (policy, failure_id), mask, is_stock in zip(masks.index, masks.to_numpy(), all_stock, strict=True):
-        if is_stock:
-            notes[(policy, failure_id)] = "stock torch"
-            continue
-        if mask not in names:
-            names[mask] = "torch " + ", ".join(b for i, b in enumerate(builds) if mask >> i & 1)
-        notes[(policy, failure_id)] = names[mask]
-    return notes
 
 
 def build_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, str, list[tuple[str, int]]]]:
@@ -294,7 +174,7 @@ def build_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, s
         out[build].append((", ".join(shown) or "no versions recorded", int(count)))
     fixes = dict(zip(*columns(cells, "torch", "fixes"), strict=True))
     result = []
-    for build in sorted(out, key=_order(settings.builds)):
+    for build in sorted(out, key=order(settings.builds)):
         fix_text = ", ".join(fixes[build].split())
         counted = sorted(out[build], key=lambda v: -v[1])
         result.append((build, f"with {fix_text}" if fix_text else "stock torch", counted))
@@ -316,7 +196,7 @@ def gpu_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, str
                 seen.append(text)
         if seen:
             result.append((gpu, "; ".join(seen)))
-    return sorted(result, key=lambda item: _order(settings.gpus)(item[0]))
+    return sorted(result, key=lambda item: order(settings.gpus)(item[0]))
 
 
 def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summary: Summary | None = None,

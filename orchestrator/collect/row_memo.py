@@ -43,7 +43,29 @@ def row_keys(frame: pd.DataFrame) -> list[int]:
                 codes, uniques = pd.factorize(column, use_na_sentinel=True)
                 hashed = np.append(pd.util.hash_array(np.asarray(uniques, dtype=object)), _MIX)[codes]
             keys = keys * _MIX + hashed + np.uint64(1)
+        # splitmix64's finalizer: the keys above are linear in the values, so two rows that swap a value would
+        # keep their sum (a policy's key, policy_keys) unchanged
+        keys ^= keys >> np.uint64(30)
+        keys *= np.uint64(0xBF58476D1CE4E5B9)
+        keys ^= keys >> np.uint64(27)
+        keys *= np.uint64(0x94D049BB133111EB)
+        keys ^= keys >> np.uint64(31)
     return keys.tolist()
+
+
+def policy_keys(matrix_policies: pd.Series, matrix_keys: Sequence[int], cell_policies: pd.Series,
+                cell_keys: Sequence[int], policies: list[str]) -> list[int]:
+    """One key per policy from the keys of its matrix rows and its cells (a sum: the order of rows is not part
+    of what a policy's rows say)."""
+    sums = {policy: 0 for policy in policies}
+    for frame_policies, keys, weight in ((matrix_policies, matrix_keys, 1), (cell_policies, cell_keys, 3)):
+        codes, names = pd.factorize(frame_policies)
+        total = np.zeros(len(names), dtype=np.uint64)
+        np.add.at(total, codes, np.asarray(keys, dtype=np.uint64) * np.uint64(weight))
+        for name, value in zip(names.tolist(), total.tolist(), strict=True):
+            if name in sums:
+                sums[name] = (sums[name] * int(_MIX) + value) & 0xFFFFFFFFFFFFFFFF
+    return [sums[policy] for policy in policies]
 
 
 @cache
