@@ -154,7 +154,7 @@ def out_dir_only(overrides: list[str]) -> list[str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .out_dir_cache import composed_out_dir
+    from .config_cache import composed_out_dir
     from .status import show_status
 
     return show_status(composed_out_dir(out_dir_only(args.overrides), args.config_dir), args.overrides,
@@ -162,8 +162,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
+    from .config_cache import composed_out_dir
     from .launchers.slurm.commands import wait_command
-    from .out_dir_cache import composed_out_dir
 
     return wait_command(composed_out_dir(out_dir_only(args.overrides), args.config_dir), args.poll_s,
                         args.overrides, args.config_dir)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 # Hydra is imported where a config is composed, not with this module: importing it takes a third of a second,
-# and `status` and `wait` usually need no composition (out_dir_cache.py).
+# and `status` and `wait` usually need no composition (config_cache.py).
 
 PACKAGE_CONF = Path(__file__).resolve().parent.parent / "conf"
 PRIMARY = "export_matrix"

@@ -27,7 +27,7 @@ def write(path: Path, text: str) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def user_cache(tmp_path_factory: pytest.TempPathFactory):
-    """The commands' user cache (out_dir_cache.py) in a temp dir, for every process the tests start."""
+    """The commands' user cache (config_cache.py) in a temp dir, for every process the tests start."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("user_cache")))
         yield

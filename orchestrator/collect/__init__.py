@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from ..atomic import write_bytes_atomic
-from ..config import Composed, ConfigError, axis_list, compose_config, to_plain
+from ..config import Composed, ConfigError, axis_list, compose_config, selected, to_plain
+from ..config_cache import kept
 from . import changes as changes_md
 from . import render_html, render_md
-from .catalog import load_catalog
+from .catalog import Catalog, load_catalog
 from .index import INDEX_DIR, load_indexed
 from .records import REPRO_EXPORTER
 from .row_memo import MEMO_FILE, RowMemo, row_keys
@@ -42,21 +44,37 @@ class Collected:
 
 def settings_from(composed: Composed, overrides: list[str]) -> Settings:
     """Knobs, table order, labels and build fixes from the composed config; the catalog from its config dirs."""
+    return _settings(_plain_settings(composed, overrides))
+
+
+def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
+    """What collect takes from the composed config, as JSON (config_cache.py keeps it)."""
     from ..cells import expand
 
     cfg = composed.cfg
     knobs = {**DEFAULTS, **(to_plain(cfg.get("collect")) or {})}
-    named = any(o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == "matrix" for o in overrides)
-    settings = Settings(catalog=load_catalog(composed.config_dirs), out_dir=Path(cfg.out_dir),
-                        at_limit=float(knobs["at_limit"]), slow_below=float(knobs["slow_below"]),
-                        margin_move=float(knobs["margin_move"]), read_threads=int(knobs["read_threads"]))
+    settings = Settings(catalog=Catalog([]), out_dir=Path(cfg.out_dir), at_limit=float(knobs["at_limit"]),
+                        slow_below=float(knobs["slow_below"]), margin_move=float(knobs["margin_move"]),
+                        read_threads=int(knobs["read_threads"]))
     _add_axes(settings, cfg)
+    named = any(o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == "matrix" for o in overrides)
     if named:  # only a matrix the user names says which cells should exist ("—" when they have no record)
         repros = {p for p in cfg.get("policies") or {} if cfg.policies[p].get("exporter") == REPRO_EXPORTER}
         settings.policies = [p for p in axis_list(cfg.matrix, "policies") if p not in repros]
         settings.expected = list(dict.fromkeys((c["policy"], c["gpu"]) for c in expand(cfg.matrix)
                                                if c["policy"] not in repros
                                                and composed.selects(f"{c['policy']}/{c['gpu']}/{c['torch']}")))
+    plain = {f.name: getattr(settings, f.name) for f in fields(Settings) if f.name != "catalog"}
+    return {**plain, "out_dir": str(settings.out_dir), "config_dirs": [str(d) for d in composed.config_dirs],
+            "selection": composed.selection, "options": {axis: composed.options[axis] for axis in ("gpu", "torch")}}
+
+
+def _settings(plain: dict[str, Any]) -> Settings:
+    names = {f.name for f in fields(Settings)} - {"catalog"}
+    settings = Settings(catalog=load_catalog([Path(d) for d in plain["config_dirs"]]),
+                        **{k: v for k, v in plain.items() if k in names})
+    settings.out_dir = Path(plain["out_dir"])
+    settings.expected = [(policy, gpu) for policy, gpu in plain["expected"]]
     return settings
 
 
@@ -71,21 +89,37 @@ def _add_axes(settings: Settings, cfg) -> None:
             settings.builds.append(name)
 
 
-def _complete_axes(settings: Settings, composed: Composed, overrides: list[str], config_dir: Path | None,
+def _complete_axes(settings: Settings, plain: dict[str, Any], overrides: list[str], config_dir: Path | None,
                    cells: pd.DataFrame) -> None:
     """Labels and fixes of recorded GPUs and builds that the selected matrix does not name, where the config
     still knows them (otherwise the GPU's name is its header and the record's own fixes count)."""
-    gpus = [g for g in sorted(set(cells["gpu"])) if g not in settings.gpus and g in composed.options["gpu"]]
-    builds = [b for b in sorted(set(cells["torch"])) if b not in settings.builds and b in composed.options["torch"]]
+    gpus = [g for g in sorted(set(cells["gpu"])) if g not in settings.gpus and g in plain["options"]["gpu"]]
+    builds = [b for b in sorted(set(cells["torch"])) if b not in settings.builds and b in plain["options"]["torch"]]
     if not gpus and not builds:
         return
+    # Only the axes' labels and fixes are wanted: no policies (composing them took most of a second).
     extra = [f"matrix.gpus=[{','.join([*settings.gpus, *gpus])}]",
-             f"matrix.torch=[{','.join([*settings.builds, *builds])}]", "matrix.include=[]", "matrix.exclude=[]"]
+             f"matrix.torch=[{','.join([*settings.builds, *builds])}]", "matrix.include=[]", "matrix.exclude=[]",
+             "matrix.policies=[]"]
+
+    def compose() -> dict[str, Any]:
+        wider = Settings(catalog=settings.catalog)
+        _add_axes(wider, compose_config([*overrides, *extra], config_dir).cfg)
+        return {"gpu_labels": wider.gpu_labels, "build_fixes": wider.build_fixes, "gpus": wider.gpus,
+                "builds": wider.builds}
+
     try:
-        wider = compose_config([*overrides, *extra], config_dir)
+        axes = kept("collect_settings", overrides, config_dir, [Path(__file__)], extra, compose)
     except ConfigError:
         return
-    _add_axes(settings, wider.cfg)
+    for name in axes["gpus"]:
+        settings.gpu_labels.setdefault(name, axes["gpu_labels"][name])
+        if name not in settings.gpus:
+            settings.gpus.append(name)
+    for name in axes["builds"]:
+        settings.build_fixes.setdefault(name, axes["build_fixes"][name])
+        if name not in settings.builds:
+            settings.builds.append(name)
 
 
 def collect(out_dir: Path, settings: Settings) -> Collected:
@@ -134,17 +168,21 @@ def _stale(path: Path, expected: str | bytes) -> bool:
 
 
 def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None = None, check: bool = False) -> int:
-    composed = compose_config(overrides, config_dir)
-    settings = settings_from(composed, overrides)
-    out_dir = Path(composed.cfg.out_dir)
+    plain = kept("collect_settings", overrides, config_dir, [Path(__file__)], [],
+                 lambda: _plain_settings(compose_config(overrides, config_dir), overrides))
+    settings = _settings(plain)
+    out_dir = settings.out_dir
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")
     cells, history = load_indexed(out_dir, settings.read_threads, update=not check)
-    if composed.selection:  # policy=, gpu=, torch= narrow the table to those cells
-        cells = cells[cells["id"].map(composed.selects).astype(bool)].reset_index(drop=True)
+    if plain["selection"]:  # policy=, gpu=, torch= narrow the table to those cells
+        def selects(cell_id: str) -> bool:
+            return selected(cell_id, plain["selection"])
+
+        cells = cells[cells["id"].map(selects).astype(bool)].reset_index(drop=True)
         if len(history):
-            history = history[history["id"].map(composed.selects).astype(bool)].reset_index(drop=True)
-    _complete_axes(settings, composed, overrides, config_dir, cells)
+            history = history[history["id"].map(selects).astype(bool)].reset_index(drop=True)
+    _complete_axes(settings, plain, overrides, config_dir, cells)
     memo = RowMemo(out_dir / INDEX_DIR / MEMO_FILE)
     done = tables(cells, history, settings, memo=memo)
     spliced = splice_file(into, done.outputs["matrix.md"]) if into is not None else None  # fails before writing
