@@ -93,8 +93,9 @@ def _complete_axes(settings: Settings, plain: dict[str, Any], overrides: list[st
                    cells: pd.DataFrame) -> None:
     """Labels and fixes of recorded GPUs and builds that the selected matrix does not name, where the config
     still knows them (otherwise the GPU's name is its header and the record's own fixes count)."""
-    gpus = [g for g in sorted(set(cells["gpu"])) if g not in settings.gpus and g in plain["options"]["gpu"]]
-    builds = [b for b in sorted(set(cells["torch"])) if b not in settings.builds and b in plain["options"]["torch"]]
+    recorded_gpus, recorded_builds = (sorted(cells[axis].unique().tolist()) for axis in ("gpu", "torch"))
+    gpus = [g for g in recorded_gpus if g not in settings.gpus and g in plain["options"]["gpu"]]
+    builds = [b for b in recorded_builds if b not in settings.builds and b in plain["options"]["torch"]]
     if not gpus and not builds:
         return
     # Only the axes' labels and fixes are wanted: no policies (composing them took most of a second).
