@@ -56,7 +56,7 @@ def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
     settings = Settings(catalog=Catalog([]), out_dir=Path(cfg.out_dir), at_limit=float(knobs["at_limit"]),
                         slow_below=float(knobs["slow_below"]), margin_move=float(knobs["margin_move"]),
                         read_threads=int(knobs["read_threads"]))
-    _add_axes(settings, cfg)
+    _add_axes(settings, *_axes(cfg))
     named = any(o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == "matrix" for o in overrides)
     if named:  # only a matrix the user names says which cells should exist ("—" when they have no record)
         repros = {p for p in cfg.get("policies") or {} if cfg.policies[p].get("exporter") == REPRO_EXPORTER}
@@ -78,13 +78,20 @@ def _settings(plain: dict[str, Any]) -> Settings:
     return settings
 
 
-def _add_axes(settings: Settings, cfg) -> None:
-    for name in cfg.get("gpus") or {}:
-        settings.gpu_labels.setdefault(name, str(cfg.gpus[name].get("label") or name))
+def _axes(cfg) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The config's GPU labels and builds' fixes, in its order."""
+    labels = {name: str(cfg.gpus[name].get("label") or name) for name in cfg.get("gpus") or {}}
+    fixes = {name: [str(f) for f in (cfg.builds[name].get("fixes") or [])] for name in cfg.get("builds") or {}}
+    return labels, fixes
+
+
+def _add_axes(settings: Settings, labels: dict[str, str], fixes: dict[str, list[str]]) -> None:
+    for name, label in labels.items():
+        settings.gpu_labels.setdefault(name, label)
         if name not in settings.gpus:
             settings.gpus.append(name)
-    for name in cfg.get("builds") or {}:
-        settings.build_fixes.setdefault(name, [str(f) for f in (cfg.builds[name].get("fixes") or [])])
+    for name, build_fixes in fixes.items():
+        settings.build_fixes.setdefault(name, build_fixes)
         if name not in settings.builds:
             settings.builds.append(name)
 
@@ -103,24 +110,12 @@ def _complete_axes(settings: Settings, plain: dict[str, Any], overrides: list[st
              f"matrix.torch=[{','.join([*settings.builds, *builds])}]", "matrix.include=[]", "matrix.exclude=[]",
              "matrix.policies=[]"]
 
-    def compose() -> dict[str, Any]:
-        wider = Settings(catalog=settings.catalog)
-        _add_axes(wider, compose_config([*overrides, *extra], config_dir).cfg)
-        return {"gpu_labels": wider.gpu_labels, "build_fixes": wider.build_fixes, "gpus": wider.gpus,
-                "builds": wider.builds}
-
     try:
-        axes = kept("collect_settings", overrides, config_dir, [Path(__file__)], extra, compose)
+        labels, fixes = kept("collect_settings", overrides, config_dir, [Path(__file__)], extra,
+                             lambda: _axes(compose_config([*overrides, *extra], config_dir).cfg))
     except ConfigError:
         return
-    for name in axes["gpus"]:
-        settings.gpu_labels.setdefault(name, axes["gpu_labels"][name])
-        if name not in settings.gpus:
-            settings.gpus.append(name)
-    for name in axes["builds"]:
-        settings.build_fixes.setdefault(name, axes["build_fixes"][name])
-        if name not in settings.builds:
-            settings.builds.append(name)
+    _add_axes(settings, labels, fixes)
 
 
 def collect(out_dir: Path, settings: Settings) -> Collected:
