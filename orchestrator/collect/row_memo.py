@@ -127,9 +127,10 @@ class RowMemo:
                 return [""] * len(missing)
             return rows[:-1]
 
-        texts = self.texts(where, row_keys(frame) if keys is None else keys, render)
+        keys = row_keys(frame) if keys is None else keys
+        texts = self.texts(where, keys, render)
         if unsafe:
-            for key in (row_keys(frame) if keys is None else keys):
+            for key in keys:
                 self.used.pop((where, key), None)
             return frame.to_csv(index=False, lineterminator="\n")
         return header + "".join(text + "\n" for text in texts)
