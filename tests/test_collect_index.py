@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from orchestrator.collect import index as index_module
 from orchestrator.collect import records as records_module
 from orchestrator.collect.index import INDEX_DIR, load_indexed
 from orchestrator.collect.records import load_records
@@ -63,9 +64,12 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("delta_share", [0.0, 1.0], ids=["new-base-each-time", "deltas-only"])
+def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monkeypatch, delta_share) -> None:
+    monkeypatch.setattr(index_module, "DELTA_SHARE", delta_share)
     same_as_full_read(out)  # cold: no index yet, everything read, the index written
     assert (out / INDEX_DIR / "cells.arrow").exists()
+    base = (out / INDEX_DIR / "cells.arrow").read_bytes()
     seen = reads(monkeypatch)
     load_indexed(out)
     assert seen == [], "an unchanged tree was read again"
@@ -79,6 +83,11 @@ def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monke
     assert sorted(Path(p).parent.name + "/" + Path(p).parent.parent.parent.name for p in seen) == \
         ["pr202925/p2", "stock/p1", "stock/p1-x", "stock/p7"]
     same_as_full_read(out)
+    seen.clear()
+    load_indexed(out)
+    assert seen == [], "records read into the last index were read again"
+    assert ((out / INDEX_DIR / "cells.arrow").read_bytes() == base) == (delta_share == 1.0)
+    assert (out / INDEX_DIR / "delta.arrow").exists() == (delta_share == 1.0)
 
     late = out / "cells" / "p3" / "a100" / "nightly"  # a cell directory that has no record yet ...
     late.mkdir()
@@ -99,4 +108,23 @@ def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monke
     assert history["id"].tolist() == ["p0/h100/stock"]
 
     (out / INDEX_DIR / "cells.arrow").write_bytes(b"not an arrow file")  # a broken index: a full read again
+    same_as_full_read(out)
+
+
+def test_a_delta_that_does_not_extend_the_base_is_not_used(out: Path, monkeypatch) -> None:
+    monkeypatch.setattr(index_module, "DELTA_SHARE", 1.0)
+    load_indexed(out)
+    index_dir = out / INDEX_DIR
+    put(out, "p1/h100/stock", status="failed", failed_step="check", max_diff=0.09, tolerance=0.075)
+    load_indexed(out)  # the rewritten record goes into a delta
+    stale = (index_dir / "delta.arrow").read_bytes()
+    monkeypatch.setattr(index_module, "DELTA_SHARE", 0.0)
+    put(out, "p1/h100/stock", status="passed", max_diff=0.01, tolerance=0.075)
+    load_indexed(out)  # a new base, which holds the passed row
+    assert not (index_dir / "delta.arrow").exists()
+    (index_dir / "delta.arrow").write_bytes(stale)  # the old delta back (a crash between the two writes)
+    seen = reads(monkeypatch)
+    cells, _ = load_indexed(out)
+    assert seen == [] and cells.set_index("id").loc["p1/h100/stock", "status"] == "passed"
+    (index_dir / "delta.arrow").write_bytes(b"garbage")
     same_as_full_read(out)

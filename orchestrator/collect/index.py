@@ -1,13 +1,17 @@
 """The collect index: every record's row as the last collect read it, so the next one reads only what changed.
 
-DIR/.collect-index/ holds two Arrow IPC (Feather) files, uncompressed so that opening one is a memory map
-(Parquet's decoding took half a second at 100,000 records): `cells.arrow`, the typed cells frame plus each
-record.json's identity (inode, mtime in ns, size) and its earlier attempts' check numbers, and `dirs.arrow`, the
-directories under cells/ with their mtimes. A collect stats the directories: one whose mtime is unchanged has the
-same entries, so only changed directories are listed again; then it stats every record.json it knows and reads
-(JSON) only those whose identity changed. Records are replaced by rename, so a rewritten record always has a new
-identity; one edited in place changes mtime and size. A missing, unreadable or foreign index means a full read,
-which writes a new one. The rows are the ones records.py makes, so the tables are the same as from a full read
+DIR/.collect-index/ holds Arrow IPC (Feather) files, uncompressed so that opening one is a memory map (Parquet's
+decoding took half a second at 100,000 records): `cells.arrow`, the typed cells frame plus each record.json's
+identity (inode, mtime in ns, size) and its earlier attempts' check numbers; `delta.arrow`, the rows read since
+`cells.arrow` was written (they win over its rows of the same cell), so that a collect after a rerun writes the
+few changed rows, not the whole index again (that write was a third of a collect at 100,000 records); and
+`dirs.arrow`, the directories under cells/ with their mtimes. A delta names the base it extends by a token; once
+it holds more than an eighth of the rows, the next collect writes a new base instead. A collect stats the
+directories: one whose mtime is unchanged has the same entries, so only changed directories are listed again;
+then it stats every record.json it knows and reads (JSON) only those whose identity changed. Records are
+replaced by rename, so a rewritten record always has a new identity; one edited in place changes mtime and size.
+A missing, unreadable or foreign file means a full read (or, for a delta, reading again what it held), which
+writes a new one. The rows are the ones records.py makes, so the tables are the same as from a full read
 (tests/test_collect_index.py).
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +33,14 @@ from ..record import RECORD_NAME, dirs
 from .records import COLUMNS, read_paths, typed_cells, typed_history
 
 INDEX_DIR = ".collect-index"
-VERSION = "3"
+VERSION = "4"
 VERSION_KEY = b"export-matrix-collect-index"
+BASE_KEY = b"export-matrix-collect-index-base"  # the base's token; a delta carries the token of its base
 CELLS_FILE = "cells.arrow"
+DELTA_FILE = "delta.arrow"
 DIRS_FILE = "dirs.arrow"
 IDENTITY = ("ino", "mtime_ns", "size")
+DELTA_SHARE = 0.125  # a delta holding more than this share of the rows is folded into a new base
 
 
 def _stat(path: str) -> tuple[int, int, int] | None:
@@ -47,31 +55,56 @@ class Index:
     def __init__(self, out_dir: Path) -> None:
         self.root = Path(out_dir) / INDEX_DIR
         self.cells_dir = os.path.join(str(out_dir), "cells")
+        self.token = b""  # the base's, once read or written
+        self.base_rows = 0  # rows of the table `read` gives that come from the base (the delta's follow)
 
     def read(self) -> tuple[pa.Table | None, dict[str, int]]:
+        """The base's rows then the delta's (a cell's last row is its newest), and the known directories."""
+        base = self._table(CELLS_FILE)
+        if base is None:
+            return None, {}
         try:
-            table = feather.read_table(self.root / CELLS_FILE, memory_map=True)
-            if (table.schema.metadata or {}).get(VERSION_KEY) != VERSION.encode():
-                return None, {}
             dirs = feather.read_table(self.root / DIRS_FILE, memory_map=True)
-        except (OSError, ValueError, pa.ArrowException):
+            known = dict(zip(dirs.column("path").to_pylist(), dirs.column("mtime_ns").to_pylist(), strict=True))
+        except (OSError, ValueError, KeyError, pa.ArrowException):
             return None, {}
-        if table.column_names != [*COLUMNS, *IDENTITY, "history"]:
-            return None, {}
-        return table, dict(zip(dirs.column("path").to_pylist(), dirs.column("mtime_ns").to_pylist(), strict=True))
+        self.token = base.schema.metadata[BASE_KEY]
+        self.base_rows = base.num_rows
+        delta = self._table(DELTA_FILE)
+        if delta is None or delta.schema.metadata.get(BASE_KEY) != self.token:
+            return base, known
+        return pa.concat_tables([base, delta], promote_options="permissive"), known
 
-    def write(self, cells: pa.Table, dirs: dict[str, int]) -> None:
+    def _table(self, name: str) -> pa.Table | None:
         try:
-            self._write(cells, dirs)
+            table = feather.read_table(self.root / name, memory_map=True)
+        except (OSError, ValueError, pa.ArrowException):
+            return None
+        metadata = table.schema.metadata or {}
+        if metadata.get(VERSION_KEY) != VERSION.encode() or BASE_KEY not in metadata:
+            return None
+        if table.column_names != [*COLUMNS, *IDENTITY, "history"]:
+            return None
+        return table
+
+    def write(self, merged: pa.Table, delta: pa.Table | None, dirs: dict[str, int] | None) -> None:
+        """A new base (`delta` None) or a delta on the base read; the directories when they changed."""
+        try:
+            if delta is None:
+                self.token = secrets.token_hex(8).encode()
+                _write_table(self.root / CELLS_FILE, self._stamped(merged))
+                (self.root / DELTA_FILE).unlink(missing_ok=True)  # an old delta names the old base's token
+            else:
+                _write_table(self.root / DELTA_FILE, self._stamped(delta.combine_chunks()))
+            if dirs is not None:
+                dirs_frame = pd.DataFrame({"path": list(dirs), "mtime_ns": list(dirs.values())})
+                _write_table(self.root / DIRS_FILE, pa.Table.from_pandas(dirs_frame, preserve_index=False))
         except OSError:
             pass  # an index that cannot be written (read-only or full disk) costs the next collect time only
 
-    def _write(self, cells: pa.Table, dirs: dict[str, int]) -> None:
-        cells = cells.combine_chunks()  # one chunk per column, however many runs the merge spliced
-        cells = cells.replace_schema_metadata({**(cells.schema.metadata or {}), VERSION_KEY: VERSION})
-        _write_table(self.root / CELLS_FILE, cells)
-        dirs_frame = pd.DataFrame({"path": list(dirs), "mtime_ns": list(dirs.values())})
-        _write_table(self.root / DIRS_FILE, pa.Table.from_pandas(dirs_frame, preserve_index=False))
+    def _stamped(self, table: pa.Table) -> pa.Table:
+        return table.replace_schema_metadata({**(table.schema.metadata or {}), VERSION_KEY: VERSION,
+                                              BASE_KEY: self.token})
 
 
 def _write_table(path: Path, table: pa.Table) -> None:
@@ -80,16 +113,14 @@ def _write_table(path: Path, table: pa.Table) -> None:
 
 def _walk(cells_dir: str, known: dict[str, int]) -> tuple[list[str], dict[str, int]]:
     """Every cell directory (cells/<policy>/<gpu>/<torch>), listing again only the directories whose mtime
-    changed since the index knew them; and every directory's mtime now."""
+    changed since the index knew them; and every directory's mtime now (0 for cell directories, which are known
+    by their parent's listing: their record.json is stat'ed next)."""
     stamps: dict[str, int] = {}
     children: dict[str, list[str]] = {}
     for path in known:  # written in walk order: each directory's children come sorted
         children.setdefault(path.rpartition(os.sep)[0], []).append(path)
 
-    def listing(path: str, depth: int) -> list[str]:
-        if depth == 3:  # a cell directory: known by its parent's listing; its record.json is stat'ed next
-            stamps[path] = 0
-            return [path]
+    def listing(path: str) -> list[str]:
         stat = _stat(path)
         if stat is None:
             return []
@@ -98,8 +129,9 @@ def _walk(cells_dir: str, known: dict[str, int]) -> tuple[list[str], dict[str, i
             return children.get(path, [])
         return sorted(dirs(path))
 
-    return [cell for level1 in listing(cells_dir, 0) for level2 in listing(level1, 1)
-            for level3 in listing(level2, 2) for cell in listing(level3, 3)], stamps
+    cells = [cell for policy in listing(cells_dir) for gpu in listing(policy) for cell in listing(gpu)]
+    stamps.update(dict.fromkeys(cells, 0))
+    return cells, stamps
 
 
 def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -107,28 +139,28 @@ def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[
     False leaves the index as it is (`collect --check` writes nothing)."""
     index = Index(out_dir)
     previous, known_dirs = index.read()
-    by_id: dict[str, tuple[int, tuple[int, int, int]]] = {}
-    if previous is not None:
-        identities_then = zip(*(previous.column(name).to_pylist() for name in IDENTITY), strict=True)
-        by_id = {cell: (i, identity) for i, (cell, identity) in enumerate(zip(previous.column("id").to_pylist(),
-                                                                              identities_then, strict=True))}
     cell_dirs, stamps = _walk(index.cells_dir, known_dirs if previous is not None else {})
-    kept: list[int] = []
-    fresh: list[str] = []
-    new_identity: dict[str, tuple[int, int, int]] = {}
+    paths = [cell_dir + os.sep + RECORD_NAME for cell_dir in cell_dirs]
+    identities = [_stat(path) for path in paths]
+    found = [i for i, identity in enumerate(identities) if identity is not None]
     prefix = len(index.cells_dir) + 1
-    for cell_dir in cell_dirs:
-        path = cell_dir + os.sep + RECORD_NAME
-        identity = _stat(path)
-        if identity is None:
-            continue
-        cell = cell_dir[prefix:].replace(os.sep, "/")
-        then = by_id.get(cell)
-        if then is not None and then[1] == identity:
-            kept.append(then[0])
-        else:
-            fresh.append(path)
-            new_identity[cell] = identity
+    ids = [cell_dirs[i][prefix:] for i in found]
+    if os.sep != "/":
+        ids = [cell.replace(os.sep, "/") for cell in ids]
+    now = np.array([identities[i] for i in found], dtype=np.int64).reshape(len(found), len(IDENTITY))
+    then = np.full(len(found), -1, dtype=np.int64)  # each record's row in the index (-1: none)
+    if previous is not None:  # a cell in the delta too: its delta row (later) wins
+        row_of = dict(zip(previous.column("id").to_pylist(), range(previous.num_rows), strict=True))
+        then = np.fromiter((row_of.get(cell, -1) for cell in ids), dtype=np.int64, count=len(ids))
+        known = then >= 0
+        same = known.copy()
+        for column, name in enumerate(IDENTITY):
+            same[known] &= previous.column(name).to_numpy()[then[known]] == now[known, column]
+    else:
+        same = np.zeros(len(found), dtype=bool)
+    kept = then[same].tolist()
+    fresh = [paths[found[i]] for i in np.flatnonzero(~same).tolist()]
+    new_identity = {ids[i]: now[i].tolist() for i in np.flatnonzero(~same).tolist()}
     rows, history = read_paths(fresh, workers)
     new = typed_cells(rows)
     for position, name in enumerate(IDENTITY):
@@ -137,34 +169,44 @@ def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[
     for row in history:
         grouped.setdefault(row[0], []).append(list(row))
     new["history"] = [json.dumps(grouped[c]) if c in grouped else None for c in new["id"]]
-    table = _merge(previous, kept, new)
-    if update and (fresh or stamps != known_dirs or previous is None or table.num_rows != previous.num_rows):
-        index.write(table, stamps)
-    merged = table.to_pandas()
-    merged["reproduced"] = merged["reproduced"].astype(object)  # True, False or None, as a full read has it
-    past_rows = [tuple(r) for text in merged["history"].dropna() for r in json.loads(text)]
-    cells = merged[list(COLUMNS)]
+    source, order = _merge_order(previous, index.base_rows, kept, new)
+    merged = _splice(source, order).combine_chunks()  # one chunk per column: pandas' Arrow strings are
+    # slow over the thousands of runs a merge splices (tables took 0.9 s instead of 0.5 at 100,000 records)
+    gone = previous is not None and len(kept) != len(row_of)  # cells the index knew that have no record now
+    if update and (fresh or previous is None or gone or stamps != known_dirs):
+        from_delta = order[order >= index.base_rows] if previous is not None else order
+        if previous is None or len(from_delta) > DELTA_SHARE * len(order):
+            index.write(merged, None, stamps)
+        else:
+            index.write(merged, _splice(source, from_delta), stamps if stamps != known_dirs else None)
+    frame = merged.to_pandas()
+    frame["reproduced"] = frame["reproduced"].astype(object)  # True, False or None, as a full read has it
+    past_rows = [tuple(r) for text in frame["history"].dropna() for r in json.loads(text)]
+    cells = frame[list(COLUMNS)]
     return cells, typed_history(past_rows) if past_rows else typed_history([])
 
 
-
-def _merge(previous: pa.Table | None, kept: list[int], new: pd.DataFrame) -> pa.Table:
-    """The kept rows of the index and the new ones in the full read's order (by record path), as runs of
-    zero-copy slices: Arrow's `take` copies every text column row by row (most of a collect's read at 100,000
-    records, where a rerun changes a few rows)."""
+def _merge_order(previous: pa.Table | None, base_rows: int, kept: list[int],
+                 new: pd.DataFrame) -> tuple[pa.Table, np.ndarray]:
+    """The index's rows and the new ones as one table, and the positions in it of the rows now, in the full
+    read's order (by record path)."""
     fresh = pa.Table.from_pandas(new, preserve_index=False)
     if previous is None:
-        return fresh.take(np.argsort((new["id"] + "/").to_numpy(dtype=object), kind="stable"))
-    if not len(new) and kept == list(range(previous.num_rows)):
-        return previous  # nothing changed: the memory-mapped table as it is
+        return fresh, np.argsort((new["id"] + "/").to_numpy(dtype=object), kind="stable")
+    source = pa.concat_tables([previous, fresh], promote_options="permissive") if len(new) else previous
+    if not len(new) and previous.num_rows == base_rows and kept == list(range(base_rows)):
+        return source, np.arange(base_rows)  # no delta, nothing read again or gone: the base as it is
     ids = np.array(previous.column("id").to_pylist() + new["id"].tolist(), dtype=object)
     sources = np.concatenate([np.asarray(kept, dtype=np.int64), np.arange(len(new)) + previous.num_rows])
-    order = sources[np.argsort(ids[sources] + "/", kind="stable")]
-    in_new = order >= previous.num_rows
-    starts = np.flatnonzero(np.r_[True, (np.diff(order) != 1) | (in_new[1:] != in_new[:-1])])
+    return source, sources[np.argsort(ids[sources] + "/", kind="stable")]
+
+
+def _splice(source: pa.Table, order: np.ndarray) -> pa.Table:
+    """source's rows at `order`, as runs of zero-copy slices: Arrow's `take` copies every text column row by
+    row (most of a collect's read at 100,000 records, where a rerun changes a few rows)."""
+    if not len(order):
+        return source.slice(0, 0)
+    starts = np.flatnonzero(np.r_[True, np.diff(order) != 1])
     ends = np.r_[starts[1:], len(order)]
-    pieces = [fresh.slice(order[a] - previous.num_rows, b - a) if in_new[a] else previous.slice(order[a], b - a)
-              for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
-    if not pieces:
-        return previous.slice(0, 0)
-    return pa.concat_tables(pieces, promote_options="permissive")
+    return pa.concat_tables([source.slice(order[a], b - a) for a, b in zip(starts.tolist(), ends.tolist(),
+                                                                           strict=True)])
