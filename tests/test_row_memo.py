@@ -53,6 +53,34 @@ def test_memo_writes_what_to_csv_writes_and_renders_only_changed_rows(tmp_path: 
     assert RowMemo(path).to_csv("matrix.csv", changed.iloc[:0]) == plain(changed.iloc[:0])  # header only
 
 
+def test_texts_rendered_since_the_base_go_into_a_delta_until_it_outgrows_the_base(tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    from orchestrator.collect import row_memo
+
+    data = frame()
+    path = tmp_path / "rows.arrow"
+    first = RowMemo(path)
+    first.to_csv("cells.csv", data)
+    first.save()
+    base = path.read_bytes()
+    monkeypatch.setattr(row_memo, "REWRITE_SHARE", 1.0)
+    for step in range(3):  # each collect changes one more row: its text joins the delta, the base stays
+        data.loc[step, "margin"] = 100.0 + step
+        memo = RowMemo(path)
+        assert memo.to_csv("cells.csv", data) == plain(data)
+        assert memo.rendered == 1, f"collect {step}: texts of the delta or the base were rendered again"
+        memo.save()
+        assert path.read_bytes() == base and (tmp_path / row_memo.DELTA_FILE).exists()
+    monkeypatch.setattr(row_memo, "REWRITE_SHARE", 0.25)
+    memo = RowMemo(path)
+    assert memo.to_csv("cells.csv", data) == plain(data) and memo.rendered == 0
+    memo.save()  # 3 of 8 texts in the delta (over a quarter), 3 no longer used: one new base with the 8
+    assert not (tmp_path / row_memo.DELTA_FILE).exists() and path.read_bytes() != base
+    again = RowMemo(path)
+    assert sum(map(len, again.known.values())) == len(data) and again.to_csv("cells.csv", data) == plain(data)
+    assert again.rendered == 0
+
+
 def test_keys_tell_apart_what_is_written_differently() -> None:
     keys = np.array(row_keys(pd.DataFrame({"a": [0.0, -0.0], "b": ["x", "x"]})))
     assert keys[0] != keys[1]

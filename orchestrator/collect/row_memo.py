@@ -7,12 +7,16 @@ that rendering reuses its text, the others are rendered together. A rendering's 
 else its text depends on: the columns and their types, pandas' version and this package's rendering code, so a
 changed renderer never serves old texts. CSV rows go through `to_csv` (which formats each value on its own), so
 the result is byte for byte `frame.to_csv(index=False, lineterminator="\\n")` (tests/test_row_memo.py). The memo
-lives in DIR/.collect-index/rows.arrow, pruned to the rows last used.
+lives in DIR/.collect-index/rows.arrow and, like the collect index, a delta beside it (rows-delta.arrow: the texts
+rendered since the base was written, which names it by a token), so that a collect after a rerun writes a few
+thousand texts rather than all of them; once the delta or the texts no longer used outgrow a quarter of the
+texts in use, a new base holds only those.
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
@@ -25,6 +29,9 @@ import pyarrow.feather as feather
 from ..atomic import write_atomic
 
 MEMO_FILE = "rows.arrow"
+DELTA_FILE = "rows-delta.arrow"
+TOKEN_KEY = b"export-matrix-row-memo-base"
+REWRITE_SHARE = 0.25  # a delta, or texts no longer used, above this share of the texts used: a new base
 ROW_END = "\x1e\n"  # ends each row of the rows rendered together: no cell text holds \x1e (else: no memo)
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
@@ -82,35 +89,43 @@ def scope(*parts: object) -> str:
     return hashlib.sha1("\0".join([_code_digest(), *map(str, parts)]).encode()).hexdigest()[:16]
 
 
+Texts = dict[str, dict[int, str]]  # scope -> row key -> text
+
+
 class RowMemo:
-    """Texts by (scope, row key); `save` keeps those used since the memo was opened."""
+    """Texts by scope and row key; `save` keeps those used since the memo was opened."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
-        self.known: dict[tuple[str, int], str] = {}
-        self.used: dict[tuple[str, int], str] = {}
+        self.known: Texts = {}
+        self.used: Texts = {}
         self.rendered = 0  # rows rendered again (the rest came from the memo)
+        self.token = b""  # the base's: a delta extends the base of the same token
+        self.in_delta: Texts = {}
         if path is not None:
             self._load(path)
 
     def _load(self, path: Path) -> None:
-        try:
-            table = feather.read_table(path, memory_map=True)
-            scopes, keys, texts = (table.column(c).to_pylist() for c in ("scope", "key", "text"))
-        except (OSError, KeyError, pa.ArrowException):
+        base = _read(path)
+        if base is None:
             return
-        self.known = dict(zip(zip(scopes, keys, strict=True), texts, strict=True))
+        self.token = base.schema.metadata[TOKEN_KEY]
+        self.known = _entries(base)
+        delta = _read(path.with_name(DELTA_FILE))
+        if delta is not None and delta.schema.metadata[TOKEN_KEY] == self.token:
+            self.in_delta = _entries(delta)
+            for where, texts in self.in_delta.items():
+                self.known.setdefault(where, {}).update(texts)
 
     def texts(self, where: str, keys: Sequence[int], render: Callable[[list[int]], list[str]]) -> list[str]:
         """The text of each row: remembered, or from render(positions of the rows the memo lacks)."""
-        texts = [self.known.get((where, key)) for key in keys]
+        texts = list(map(self.known.get(where, {}).get, keys))
         missing = [i for i, text in enumerate(texts) if text is None]
         if missing:
             for i, text in zip(missing, render(missing), strict=True):
                 texts[i] = text
             self.rendered += len(missing)
-        for key, text in zip(keys, texts, strict=True):
-            self.used[(where, key)] = text
+        self.used.setdefault(where, {}).update(zip(keys, texts, strict=True))
         return texts  # type: ignore[return-value]
 
     def to_csv(self, name: str, frame: pd.DataFrame, keys: Sequence[int] | None = None) -> str:
@@ -131,18 +146,59 @@ class RowMemo:
         texts = self.texts(where, keys, render)
         if unsafe:
             for key in keys:
-                self.used.pop((where, key), None)
+                self.used[where].pop(key, None)
             return frame.to_csv(index=False, lineterminator="\n")
         return header + "".join(text + "\n" for text in texts)
 
     def save(self) -> None:
-        """Keep the texts used since opening (an index that cannot be written costs the next collect time)."""
+        """Keep the texts used since opening: in a delta on the base while both it and the texts no longer used
+        stay small, else in a new base (a memo that cannot be written costs the next collect time only)."""
         if self.path is None:
             return
-        scopes, keys = zip(*self.used, strict=True) if self.used else ((), ())
-        table = pa.table({"scope": pa.array(scopes, pa.string()), "key": pa.array(keys, pa.uint64()),
-                          "text": pa.array(list(self.used.values()), pa.large_string())})
+        used = sum(map(len, self.used.values()))
+        delta: Texts = {}
+        new = reused = 0
+        for where, texts in self.used.items():
+            known, in_delta = self.known.get(where, {}), self.in_delta.get(where, {})
+            fresh = {key: text for key, text in texts.items() if key not in known or key in in_delta}
+            new += sum(key not in known for key in fresh)
+            reused += len(texts) - len(fresh) + sum(key in known for key in fresh)
+            delta[where] = fresh
+        limit = REWRITE_SHARE * used
         try:
-            write_atomic(self.path, lambda handle: feather.write_feather(table, handle, compression="uncompressed"))
+            if not self.token or sum(map(len, delta.values())) > limit or \
+                    sum(map(len, self.known.values())) - reused > limit:
+                self.token = secrets.token_hex(8).encode()
+                _write(self.path, self.used, self.token)
+                self.path.with_name(DELTA_FILE).unlink(missing_ok=True)  # it names the old base
+            elif new:
+                _write(self.path.with_name(DELTA_FILE), delta, self.token)
         except OSError:
             pass
+
+
+def _read(path: Path) -> pa.Table | None:
+    try:
+        table = feather.read_table(path, memory_map=True)
+    except (OSError, pa.ArrowException):
+        return None
+    if TOKEN_KEY not in (table.schema.metadata or {}) or table.column_names != ["scope", "key", "text"]:
+        return None
+    return table
+
+
+def _entries(table: pa.Table) -> Texts:
+    entries: Texts = {}
+    for where, keys, texts in zip(*(table.column(c).to_pylist() for c in ("scope", "key", "text")), strict=True):
+        entries.setdefault(where, {})[keys] = texts
+    return entries
+
+
+def _write(path: Path, entries: Texts, token: bytes) -> None:
+    scopes = [where for where, texts in entries.items() for _ in range(len(texts))]
+    keys = [key for texts in entries.values() for key in texts]
+    table = pa.table({"scope": pa.array(scopes, pa.string()), "key": pa.array(keys, pa.uint64()),
+                      "text": pa.array([text for texts in entries.values() for text in texts.values()],
+                                       pa.large_string())},
+                     metadata={TOKEN_KEY: token})
+    write_atomic(path, lambda handle: feather.write_feather(table, handle, compression="uncompressed"))
