@@ -175,6 +175,16 @@ def test_a_config_dir_catalog_overrides_and_adds_entries(tmp_path: Path) -> None
     assert "New failures" not in text and rows(out)[("cosmos3", "h100")]["failures"] == "9"
 
 
+def test_an_entry_matches_when_any_of_its_patterns_does(tmp_path: Path) -> None:
+    write(tmp_path / "failures.yaml", "9: {title: two ways, patterns: ['first <N> way', 'second way$']}\n"
+          "10: {title: flagged, patterns: ['(?i)^shouted', 'quiet one']}\n"
+          "11: {title: groups, patterns: ['(x)y', '(a)\\1z']}\n")
+    catalog = load_catalog([tmp_path])
+    assert [catalog.match(t) for t in ("the first 3 way", "a second way", "second way then", "SHOUTED here",
+                                       "a quiet one", "x SHOUTED", "xy", "aaz", "az")] == \
+        [["9"], ["9"], [], ["10"], ["10"], [], ["11"], ["11"], []]
+
+
 def test_a_bad_catalog_entry_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     put(tmp_path / "out", "cosmos3/h100/stock")
     write(tmp_path / "conf" / "failures.yaml", "9: {title: broken, patterns: ['(unclosed']}\n")

@@ -163,10 +163,16 @@ def _stale(path: Path, expected: str | bytes) -> bool:
     return current != (expected.encode() if isinstance(expected, str) else expected)
 
 
-def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None = None, check: bool = False) -> int:
+def kept_settings(overrides: list[str], config_dir: Path | None) -> tuple[Settings, dict[str, Any]]:
+    """The settings (and their JSON) for these overrides: composed through Hydra only when the config changed
+    (config_cache.py)."""
     plain = kept("collect_settings", overrides, config_dir, [Path(__file__)], [],
                  lambda: _plain_settings(compose_config(overrides, config_dir), overrides))
-    settings = _settings(plain)
+    return _settings(plain), plain
+
+
+def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None = None, check: bool = False) -> int:
+    settings, plain = kept_settings(overrides, config_dir)
     out_dir = settings.out_dir
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,23 @@ class Catalog:
         """The ids whose patterns occur in text."""
         if not text:
             return []
-        return [e.id for e in self.entries if any(p.search(text) for p in e.patterns)]
+        return [e.id for e, patterns in self._searched if any(p.search(text) for p in patterns)]
+
+    @cached_property
+    def _searched(self) -> list[tuple[Entry, tuple[re.Pattern, ...]]]:
+        """Each entry with its patterns as one alternation (one search per entry and text, not one per pattern),
+        or as they are where they do not combine: a pattern with global flags, or a later one with groups (its
+        backreferences would count the groups before it)."""
+        searched = []
+        for entry in self.entries:
+            patterns = entry.patterns
+            if len(patterns) > 1 and not any(p.groups for p in patterns[1:]):
+                try:
+                    patterns = (re.compile("|".join(f"(?:{p.pattern})" for p in patterns)),)
+                except re.error:
+                    pass
+            searched.append((entry, patterns))
+        return searched
 
     def match_many(self, texts: pd.Series) -> pd.DataFrame:
         """A boolean frame (one column per entry) saying which entries match each text, matching each distinct

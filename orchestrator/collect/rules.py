@@ -88,8 +88,12 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
 
 
 def _straddling(df: pd.DataFrame, history: pd.DataFrame) -> pd.Index:
-    """Cells whose runs (this one and earlier attempts) landed on both sides of the tolerance."""
-    checks = pd.concat([df[["id", "max_diff", "tolerance"]], history[["id", "max_diff", "tolerance"]]])
+    """Cells whose runs (this one and earlier attempts) landed on both sides of the tolerance: only cells with
+    earlier attempts can."""
+    if history.empty:
+        return pd.Index([])
+    rerun = df[df["id"].isin(set(history["id"].tolist()))]
+    checks = pd.concat([rerun[["id", "max_diff", "tolerance"]], history[["id", "max_diff", "tolerance"]]])
     checks = checks.dropna(subset=["max_diff", "tolerance"])
     if checks.empty:
         return pd.Index([])
