@@ -4,7 +4,7 @@ DIR/.collect-index/ holds Arrow IPC (Feather) files, uncompressed so that openin
 decoding took half a second at 100,000 records): `cells.arrow`, the typed cells frame plus each record.json's
 identity (inode, mtime in ns, size) and its earlier attempts' check numbers; `delta.arrow`, the rows read since
 `cells.arrow` was written (they win over its rows of the same cell), so that a collect after a rerun writes the
-few changed rows, not the whole index again (that write was a third of a collect at 100,000 records); and
+few changed rows, not the whole index again (115 MB at 100,000 records: about half a second); and
 `dirs.arrow`, the directories under cells/ with their mtimes. A delta names the base it extends by a token; once
 it holds more than 2 % of the rows, the next collect writes a new base instead. A collect stats the
 directories: one whose mtime is unchanged has the same entries, so only changed directories are listed again;
