@@ -156,18 +156,17 @@ class RowMemo:
         if self.path is None:
             return
         used = sum(map(len, self.used.values()))
-        delta: Texts = {}
-        new = reused = 0
+        new = 0
+        delta: Texts = {}  # the texts used that the old delta held, and the ones rendered now
         for where, texts in self.used.items():
             known, in_delta = self.known.get(where, {}), self.in_delta.get(where, {})
-            fresh = {key: text for key, text in texts.items() if key not in known or key in in_delta}
-            new += sum(key not in known for key in fresh)
-            reused += len(texts) - len(fresh) + sum(key in known for key in fresh)
-            delta[where] = fresh
+            fresh = [key for key in texts if key not in known]
+            new += len(fresh)
+            delta[where] = {key: texts[key] for key in [*(in_delta.keys() & texts.keys()), *fresh]}
+        stale = sum(map(len, self.known.values())) - (used - new)  # remembered, not used this time
         limit = REWRITE_SHARE * used
         try:
-            if not self.token or sum(map(len, delta.values())) > limit or \
-                    sum(map(len, self.known.values())) - reused > limit:
+            if not self.token or sum(map(len, delta.values())) > limit or stale > limit:
                 self.token = secrets.token_hex(8).encode()
                 _write(self.path, self.used, self.token)
                 self.path.with_name(DELTA_FILE).unlink(missing_ok=True)  # it names the old base
@@ -189,8 +188,8 @@ def _read(path: Path) -> pa.Table | None:
 
 def _entries(table: pa.Table) -> Texts:
     entries: Texts = {}
-    for where, keys, texts in zip(*(table.column(c).to_pylist() for c in ("scope", "key", "text")), strict=True):
-        entries.setdefault(where, {})[keys] = texts
+    for where, key, text in zip(*(table.column(c).to_pylist() for c in ("scope", "key", "text")), strict=True):
+        entries.setdefault(where, {})[key] = text
     return entries
 
 
