@@ -131,7 +131,7 @@ def test_a_delta_that_does_not_extend_the_base_is_not_used(out: Path, monkeypatc
     same_as_full_read(out)
 
 
-def test_stats_through_threads_see_the_same_changes(out: Path, monkeypatch) -> None:
+def test_stats_and_reads_through_threads_see_the_same_changes(out: Path, monkeypatch) -> None:
     pools: list[int] = []
 
     class CountingPool(ThreadPoolExecutor):
@@ -139,8 +139,8 @@ def test_stats_through_threads_see_the_same_changes(out: Path, monkeypatch) -> N
             pools.append(max_workers)
             super().__init__(max_workers=max_workers)
 
-    monkeypatch.setattr(index_module, "THREADED_FROM", 0)
-    monkeypatch.setattr(index_module, "ThreadPoolExecutor", CountingPool)
+    monkeypatch.setattr(records_module, "THREADED_FROM", 0)
+    monkeypatch.setattr(records_module, "ThreadPoolExecutor", CountingPool)
     load_indexed(out, workers=4)
     put(out, "p1/h100/stock", status="failed", failed_step="check", max_diff=0.09, tolerance=0.075)
     (out / "cells" / "p2" / "a100" / "stock" / "record.json").unlink()
@@ -148,4 +148,4 @@ def test_stats_through_threads_see_the_same_changes(out: Path, monkeypatch) -> N
     cells, _ = load_indexed(out, workers=4)
     assert [Path(p).parent.parent.parent.name for p in seen] == ["p1"]
     pd.testing.assert_frame_equal(cells, load_records(out)[0])
-    assert pools == [4, 4]
+    assert pools == [4] * 4, "each collect stats, then reads, through 4 threads"

@@ -1,8 +1,8 @@
 """The collect index: every record's row as the last collect read it, so the next one reads only what changed.
 
-DIR/.collect-index/ holds Arrow IPC (Feather) files, uncompressed so that opening one is a memory map (Parquet's
-decoding took half a second at 100,000 records): `cells.arrow`, the typed cells frame plus each record.json's
-identity (inode, mtime in ns, size) and its earlier attempts' check numbers; `delta.arrow`, the rows read since
+DIR/.collect-index/ holds Arrow IPC files (arrow_files.py: memory-mapped, written atomically): `cells.arrow`,
+the typed cells frame plus each record.json's identity (inode, mtime in ns, size) and its earlier attempts'
+check numbers; `delta.arrow`, the rows read since
 `cells.arrow` was written (they win over its rows of the same cell), so that a collect after a rerun writes the
 few changed rows, not the whole index again (115 MB at 100,000 records: about half a second); and
 `dirs.arrow`, the directories under cells/ with their mtimes. A delta names the base it extends by a token; once
@@ -20,18 +20,16 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.feather as feather
 
-from ..atomic import write_atomic
 from ..record import RECORD_NAME, dirs
-from .records import COLUMNS, read_paths, typed_cells, typed_history
+from .arrow_files import read_table, write_table
+from .records import COLUMNS, in_chunks, read_paths, typed_cells, typed_history
 
 INDEX_DIR = ".collect-index"
 VERSION = "4"
@@ -41,7 +39,6 @@ CELLS_FILE = "cells.arrow"
 DELTA_FILE = "delta.arrow"
 DIRS_FILE = "dirs.arrow"
 IDENTITY = ("ino", "mtime_ns", "size")
-THREADED_FROM = 256  # records: fewer are stat'ed in this thread whatever collect.read_threads says
 DELTA_SHARE = 0.02  # a delta holding more than this share of the rows is folded into a new base: each of its
 # rows splits the base into one more run to splice (a delta of 9,000 rows at 100,000 took 0.4 s)
 
@@ -66,11 +63,10 @@ class Index:
         base = self._table(CELLS_FILE)
         if base is None:
             return None, {}
-        try:
-            dirs = feather.read_table(self.root / DIRS_FILE, memory_map=True)
-            known = dict(zip(dirs.column("path").to_pylist(), dirs.column("mtime_ns").to_pylist(), strict=True))
-        except (OSError, ValueError, KeyError, pa.ArrowException):
+        dirs = read_table(self.root / DIRS_FILE)
+        if dirs is None or dirs.column_names != ["path", "mtime_ns"]:
             return None, {}
+        known = dict(zip(dirs.column("path").to_pylist(), dirs.column("mtime_ns").to_pylist(), strict=True))
         self.token = base.schema.metadata[BASE_KEY]
         self.base_rows = base.num_rows
         delta = self._table(DELTA_FILE)
@@ -79,9 +75,8 @@ class Index:
         return pa.concat_tables([base, delta], promote_options="permissive"), known
 
     def _table(self, name: str) -> pa.Table | None:
-        try:
-            table = feather.read_table(self.root / name, memory_map=True)
-        except (OSError, ValueError, pa.ArrowException):
+        table = read_table(self.root / name)
+        if table is None:
             return None
         metadata = table.schema.metadata or {}
         if metadata.get(VERSION_KEY) != VERSION.encode() or BASE_KEY not in metadata:
@@ -95,23 +90,19 @@ class Index:
         try:
             if delta is None:
                 self.token = secrets.token_hex(8).encode()
-                _write_table(self.root / CELLS_FILE, self._stamped(merged))
+                write_table(self.root / CELLS_FILE, self._stamped(merged))
                 (self.root / DELTA_FILE).unlink(missing_ok=True)  # an old delta names the old base's token
             else:
-                _write_table(self.root / DELTA_FILE, self._stamped(delta.combine_chunks()))
+                write_table(self.root / DELTA_FILE, self._stamped(delta.combine_chunks()))
             if dirs is not None:
                 dirs_frame = pd.DataFrame({"path": list(dirs), "mtime_ns": list(dirs.values())})
-                _write_table(self.root / DIRS_FILE, pa.Table.from_pandas(dirs_frame, preserve_index=False))
+                write_table(self.root / DIRS_FILE, pa.Table.from_pandas(dirs_frame, preserve_index=False))
         except OSError:
             pass  # an index that cannot be written (read-only or full disk) costs the next collect time only
 
     def _stamped(self, table: pa.Table) -> pa.Table:
         return table.replace_schema_metadata({**(table.schema.metadata or {}), VERSION_KEY: VERSION,
                                               BASE_KEY: self.token})
-
-
-def _write_table(path: Path, table: pa.Table) -> None:
-    write_atomic(path, lambda handle: feather.write_feather(table, handle, compression="uncompressed"))
 
 
 def _walk(cells_dir: str, known: dict[str, int]) -> tuple[list[str], dict[str, int]]:
@@ -138,12 +129,9 @@ def _walk(cells_dir: str, known: dict[str, int]) -> tuple[list[str], dict[str, i
 
 
 def _stat_all(paths: list[str], workers: int) -> list[tuple[int, int, int] | None]:
-    """Each path's identity; with `workers` threads (collect.read_threads), for network storage, where a stat
-    waits on the server (on a local disk it holds the GIL, and threads only add switching)."""
-    if workers <= 1 or len(paths) < THREADED_FROM:
-        return [_stat(path) for path in paths]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_stat, paths, chunksize=max(1, len(paths) // (workers * 4))))
+    """Each path's identity, through collect.read_threads like the reads."""
+    return [identity for chunk in in_chunks(lambda part: [_stat(path) for path in part], paths, workers)
+            for identity in chunk]
 
 
 def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -171,8 +159,9 @@ def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[
     else:
         same = np.zeros(len(found), dtype=bool)
     kept = then[same].tolist()
-    fresh = [paths[found[i]] for i in np.flatnonzero(~same).tolist()]
-    new_identity = {ids[i]: now[i].tolist() for i in np.flatnonzero(~same).tolist()}
+    changed = np.flatnonzero(~same).tolist()
+    fresh = [paths[found[i]] for i in changed]
+    new_identity = {ids[i]: now[i].tolist() for i in changed}
     rows, history = read_paths(fresh, workers)
     new = typed_cells(rows)
     for position, name in enumerate(IDENTITY):

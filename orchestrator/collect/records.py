@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
 # Only a failure's log tail is searched (for the catalog's patterns, when its error line matches none), so the
 # tails of passed and unfinished cells, most of a record's bytes, stay out of the frame and the collect index.
 NO_TAIL_NEEDED = frozenset({Status.PASSED, *UNFINISHED})
+THREADED_FROM = 256  # paths: fewer go through the calling thread whatever collect.read_threads says
 
 
 def _read(path: str) -> dict[str, Any] | None:
@@ -154,12 +156,19 @@ def load_records(out_dir: Path, workers: int = 1) -> tuple[pd.DataFrame, pd.Data
 
 def read_paths(paths: list[str], workers: int = 1) -> tuple[list[tuple], list[tuple]]:
     """The rows of these record.json files (and of their earlier attempts), with `workers` threads."""
-    if workers <= 1 or len(paths) < 256:
-        return _read_chunk(paths)
+    chunks = in_chunks(_read_chunk, paths, workers)
+    return [row for rows, _ in chunks for row in rows], [row for _, history in chunks for row in history]
+
+
+def in_chunks[T](work: Callable[[list[str]], T], paths: list[str], workers: int) -> list[T]:
+    """work(chunk) for chunks of paths, through `workers` threads (collect.read_threads) once there are enough
+    paths: on network storage each stat and read waits on the server; on a local disk they hold the GIL, and
+    threads only add switching."""
+    if workers <= 1 or len(paths) < THREADED_FROM:
+        return [work(paths)]
     size = -(-len(paths) // (workers * 4))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        chunks = list(pool.map(_read_chunk, [paths[i:i + size] for i in range(0, len(paths), size)]))
-    return [row for chunk, _ in chunks for row in chunk], [row for _, chunk in chunks for row in chunk]
+        return list(pool.map(work, [paths[i:i + size] for i in range(0, len(paths), size)]))
 
 
 def typed_cells(rows: list[tuple]) -> pd.DataFrame:

@@ -24,9 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.feather as feather
 
-from ..atomic import write_atomic
+from .arrow_files import read_table, write_table
 
 MEMO_FILE = "rows.arrow"
 DELTA_FILE = "rows-delta.arrow"
@@ -177,11 +176,10 @@ class RowMemo:
 
 
 def _read(path: Path) -> pa.Table | None:
-    try:
-        table = feather.read_table(path, memory_map=True)
-    except (OSError, pa.ArrowException):
+    table = read_table(path)
+    if table is None or TOKEN_KEY not in (table.schema.metadata or {}):
         return None
-    if TOKEN_KEY not in (table.schema.metadata or {}) or table.column_names != ["scope", "key", "text"]:
+    if table.column_names != ["scope", "key", "text"]:
         return None
     return table
 
@@ -200,4 +198,4 @@ def _write(path: Path, entries: Texts, token: bytes) -> None:
                       "text": pa.array([text for texts in entries.values() for text in texts.values()],
                                        pa.large_string())},
                      metadata={TOKEN_KEY: token})
-    write_atomic(path, lambda handle: feather.write_feather(table, handle, compression="uncompressed"))
+    write_table(path, table)

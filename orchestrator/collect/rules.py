@@ -92,7 +92,7 @@ def _straddling(df: pd.DataFrame, history: pd.DataFrame) -> pd.Index:
     earlier attempts can."""
     if history.empty:
         return pd.Index([])
-    rerun = df[df["id"].isin(set(history["id"].tolist()))]
+    rerun = df[df["id"].isin(history["id"])]
     checks = pd.concat([rerun[["id", "max_diff", "tolerance"]], history[["id", "max_diff", "tolerance"]]])
     checks = checks.dropna(subset=["max_diff", "tolerance"])
     if checks.empty:
