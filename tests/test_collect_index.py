@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,7 +24,16 @@ def put(out: Path, cell: str, **fields) -> Path:
     cell_dir = out / "cells" / cell
     write_record(cell_dir, Record(cell=cell, policy=policy, gpu=gpu, torch=torch,
                                   **{"exporter": "lerobot_cuda", **fields}))
+    age(cell_dir / "record.json", *list(cell_dir.parents)[:3], cell_dir)
     return cell_dir
+
+
+def age(*paths: Path) -> None:
+    """These mtimes a second back, as if written before the next collect's clock tick (else the index keeps
+    them unknown, racy, and the next collect reads them again: tested on its own below)."""
+    stamp = time.time_ns() - 10**9
+    for path in paths:
+        os.utime(path, ns=(stamp, stamp))
 
 
 @pytest.fixture
@@ -41,6 +52,7 @@ def out(tmp_path: Path) -> Path:
     odd.mkdir(parents=True)
     (odd / "record.json").write_text(json.dumps({"status": "failed", "error": ["a", 1], "attempt": "2",
                                                  "check": 5, "max_diff": "0.2", "tolerance": 0.075}))
+    age(odd / "record.json", odd, odd.parent, odd.parent.parent)
     return out
 
 
@@ -92,6 +104,7 @@ def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monke
 
     late = out / "cells" / "p3" / "a100" / "nightly"  # a cell directory that has no record yet ...
     late.mkdir()
+    age(late, late.parent)
     same_as_full_read(out)
     put(out, "p3/a100/nightly", status="passed", max_diff=0.01, tolerance=0.075)  # ... then has one
     same_as_full_read(out)
@@ -99,6 +112,7 @@ def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monke
     path = out / "cells" / "p4" / "a100" / "stock" / "record.json"
     path.write_text(path.read_text()[:40])  # truncated in place: unreadable
     shutil.rmtree(out / "cells" / "p5" / "h100")  # a gpu's cells removed
+    age(path, out / "cells" / "p5")
     cell_dir = out / "cells" / "p0" / "h100" / "stock"
     attempt = start_attempt(cell_dir)  # a rerun: attempt 1 archived, attempt 2 near the limit
     put(out, "p0/h100/stock", status="passed", attempt=attempt, max_diff=0.07, tolerance=0.075)
@@ -149,3 +163,24 @@ def test_stats_and_reads_through_threads_see_the_same_changes(out: Path, monkeyp
     assert [Path(p).parent.parent.parent.name for p in seen] == ["p1"]
     pd.testing.assert_frame_equal(cells, load_records(out)[0])
     assert pools == [4] * 4, "each collect stats, then reads, through 4 threads"
+
+
+def test_what_changes_in_the_tick_a_collect_sees_it_is_seen_by_the_next(out: Path) -> None:
+    """A coarse file-system clock: a directory gains a cell, and a record is edited in place to the same size,
+    both keeping the mtime the last collect saw, as happens when they change in that collect's clock tick."""
+    future = time.time_ns() + 3600 * 10**9  # at or after any collect's clock: changed in its tick
+    gpu_dir = out / "cells" / "p1" / "h100"
+    record = out / "cells" / "p2" / "a100" / "stock" / "record.json"
+    for path in (gpu_dir, record):
+        os.utime(path, ns=(future, future))
+    load_indexed(out)
+    put(out, "p1/h100/nightly", status="passed", max_diff=0.01, tolerance=0.075)
+    text = record.read_text()
+    record.write_text(text.replace('"passed"', '"failed"'))  # same size, same inode
+    for path in (gpu_dir, record):
+        os.utime(path, ns=(future, future))
+    cells, _ = load_indexed(out)
+    statuses = cells.set_index("id")["status"]
+    assert "p1/h100/nightly" in statuses.index, "a cell added in the tick of the last listing was missed"
+    assert statuses["p2/a100/stock"] == "failed", "a record edited in the tick of the last read was not read again"
+    same_as_full_read(out)

@@ -10,6 +10,10 @@ it holds more than 2 % of the rows, the next collect writes a new base instead. 
 directories: one whose mtime is unchanged has the same entries, so only changed directories are listed again;
 then it stats every record.json it knows and reads (JSON) only those whose identity changed. Records are
 replaced by rename, so a rewritten record always has a new identity; one edited in place changes mtime and size.
+A file system stamps mtimes with a coarse clock (a few ms, on NFS the server's), so a directory or record changed
+during a collect, in the same tick as it was read, can keep the mtime that collect saw: a collect first touches
+DIR/.collect-index/clock to learn the file system's time, and keeps whatever has an mtime at or after it as
+unknown (0, -1), so the next collect lists or reads it again (git's "racy clean" entries).
 A missing, unreadable or foreign file means a full read (or, for a delta, reading again what it held), which
 writes a new one. The rows are the ones records.py makes, so the tables are the same as from a full read
 (tests/test_collect_index.py).
@@ -38,9 +42,22 @@ BASE_KEY = b"export-matrix-collect-index-base"  # the base's token; a delta carr
 CELLS_FILE = "cells.arrow"
 DELTA_FILE = "delta.arrow"
 DIRS_FILE = "dirs.arrow"
+CLOCK_FILE = "clock"
 IDENTITY = ("ino", "mtime_ns", "size")
 DELTA_SHARE = 0.02  # a delta holding more than this share of the rows is folded into a new base: each of its
 # rows splits the base into one more run to splice (a delta of 9,000 rows at 100,000 took 0.4 s)
+
+
+def _fs_clock(root: Path) -> int | None:
+    """The file system's time now, on the clock that stamps the records' mtimes (None: the index cannot be
+    written, so what this collect saw is not kept)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        clock = root / CLOCK_FILE
+        clock.touch()
+        return clock.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _stat(path: str) -> tuple[int, int, int] | None:
@@ -105,10 +122,10 @@ class Index:
                                               BASE_KEY: self.token})
 
 
-def _walk(cells_dir: str, known: dict[str, int]) -> tuple[list[str], dict[str, int]]:
+def _walk(cells_dir: str, known: dict[str, int], started: int) -> tuple[list[str], dict[str, int]]:
     """Every cell directory (cells/<policy>/<gpu>/<torch>), listing again only the directories whose mtime
     changed since the index knew them; and every directory's mtime now (0 for cell directories, which are known
-    by their parent's listing: their record.json is stat'ed next)."""
+    by their parent's listing: their record.json is stat'ed next, and for one changed since `started`)."""
     stamps: dict[str, int] = {}
     children: dict[str, list[str]] = {}
     for path in known:  # written in walk order: each directory's children come sorted
@@ -118,7 +135,7 @@ def _walk(cells_dir: str, known: dict[str, int]) -> tuple[list[str], dict[str, i
         stat = _stat(path)
         if stat is None:
             return []
-        stamps[path] = stat[1]
+        stamps[path] = stat[1] if stat[1] < started else 0
         if known.get(path) == stat[1]:
             return children.get(path, [])
         return sorted(dirs(path))
@@ -139,7 +156,9 @@ def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[
     False leaves the index as it is (`collect --check` writes nothing)."""
     index = Index(out_dir)
     previous, known_dirs = index.read()
-    cell_dirs, stamps = _walk(index.cells_dir, known_dirs if previous is not None else {})
+    started = _fs_clock(index.root) if update else None
+    started = started if started is not None else np.iinfo(np.int64).max  # not written: nothing to keep unknown
+    cell_dirs, stamps = _walk(index.cells_dir, known_dirs if previous is not None else {}, started)
     paths = [cell_dir + os.sep + RECORD_NAME for cell_dir in cell_dirs]
     identities = _stat_all(paths, workers)
     found = [i for i, identity in enumerate(identities) if identity is not None]
@@ -161,7 +180,9 @@ def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[
     kept = then[same].tolist()
     changed = np.flatnonzero(~same).tolist()
     fresh = [paths[found[i]] for i in changed]
-    new_identity = {ids[i]: now[i].tolist() for i in changed}
+    kept_now = now.copy()
+    kept_now[kept_now[:, 1] >= started, 1] = -1  # changed since this collect began: read again next time
+    new_identity = {ids[i]: kept_now[i].tolist() for i in changed}
     rows, history = read_paths(fresh, workers)
     new = typed_cells(rows)
     for position, name in enumerate(IDENTITY):
