@@ -8,6 +8,9 @@ must go on to the next cell.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,9 @@ import pytest
 from orchestrator import gpu
 
 from .conftest import cli, record
+
+EXPORTERS = Path(__file__).resolve().parents[1] / "orchestrator" / "exporters"
+PTXAS_VERSION = "from triton.backends.nvidia.compiler import get_ptxas_version; print(get_ptxas_version(90))"
 
 HAS_GPU = bool(gpu.describe())
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="no NVIDIA GPU visible to NVML")
@@ -61,3 +67,28 @@ def test_without_a_gpu_each_cuda_cell_is_an_error_record_and_the_sweep_goes_on(t
         assert cell["error"].startswith("no CUDA device visible to the job: torch ")
         assert "\n" not in cell["error"]
     assert not (tmp_path / "cells/gaussian_actor/h200/local/make_random.log").exists()  # stopped before it
+
+
+def _ptxas_version_seen(setup: str, env: dict[str, str]) -> str:
+    code = f"import sys; sys.path.insert(0, {str(EXPORTERS)!r}); {setup}; {PTXAS_VERSION}"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_the_exporter_compiles_triton_kernels_with_the_compile_workers_ptxas() -> None:
+    """Triton keys its kernel cache by `ptxas --version`: where the exporter's process and Inductor's compile
+    workers use different ptxas, every autotune choice a worker precompiled is compiled again, serially, in the
+    exporter (2 s a choice on an H200; ACT ran past 9 minutes). Runs without a GPU: ptxas only prints its version."""
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_PTXAS_PATH"}
+    # what torch/_inductor/compile_worker/__main__.py does first in each worker
+    worker = _ptxas_version_seen(
+        "from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path; _set_triton_ptxas_path()", env)
+    exporter = _ptxas_version_seen("import cuda_program; cuda_program.align_triton_ptxas()", env)
+    assert exporter == worker, (exporter, worker)
+    # a ptxas the user chose stays theirs (the workers keep it too)
+    bundled = subprocess.run([sys.executable, "-c", "from triton import knobs; print(knobs.nvidia.ptxas.path)"],
+                             env=env, capture_output=True, text=True, check=True).stdout.strip()
+    chosen = _ptxas_version_seen("import cuda_program; cuda_program.align_triton_ptxas()",
+                                 {**env, "TRITON_PTXAS_PATH": bundled})
+    assert chosen == _ptxas_version_seen("pass", env)  # Triton's bundled ptxas, as the user asked

@@ -47,8 +47,27 @@ def compile_options() -> dict[str, Any]:
     return dict(CudaBackend.get_aoti_compile_options([]))
 
 
+def align_triton_ptxas() -> str | None:
+    """Give this process the ptxas Inductor's compile workers use, so the kernels they precompile are found here.
+
+    The workers point TRITON_PTXAS_PATH at torch's own ptxas (torch/bin/ptxas, CUDA 13.0 in torch 2.11 cu130)
+    while this process keeps Triton's bundled one (CUDA 12.8); `ptxas --version` is part of Triton's cache key,
+    so every autotune choice the workers compiled missed and was compiled again, serially, in this process:
+    ~2 s a choice on an H200, and ACT ran past 9 minutes in compile-model. Torch's own helper sets it here too
+    (it leaves a TRITON_PTXAS_PATH the user set). Must run before this process compiles its first Triton kernel.
+    Returns the ptxas in use (None: Triton's bundled one).
+    """
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+    except ImportError:  # a torch without compile workers' ptxas choice: nothing to align
+        return os.environ.get("TRITON_PTXAS_PATH")
+    _set_triton_ptxas_path()
+    return os.environ.get("TRITON_PTXAS_PATH")
+
+
 def lower(eps: dict[str, Any]) -> Any:
     """to_edge_transform_and_lower with one CudaPartitioner per method, then to_executorch."""
+    align_triton_ptxas()
     from executorch.backends.cuda.cuda_backend import CudaBackend
     from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower

@@ -14,7 +14,8 @@ The steps are the fork's (`lerobot-export --backend.type=executorch_cuda`), so t
                  pack fail: flat_apply's TreeSpec, wrap_with_autocast's missing val).
   compile-model  to_edge_transform_and_lower with CudaPartitioner (one compile spec per method), then
                  to_executorch: CudaBackend runs AOTInductor with its own options (max-autotune, Triton-only
-                 GEMM and convolution kernels, libtorch-free .so), which export_info.json records.
+                 GEMM and convolution kernels, libtorch-free .so), which export_info.json records, with
+                 Triton's ptxas set to the compile workers' (cuda_program.align_triton_ptxas says why).
   write          OUT/model.pte and OUT/aoti_cuda_blob.ptd (the weights).
   check          runs the program and compares with eager (tolerance: --tolerance, else 1e-3 in float32 and
                  0.2 in bfloat16), then prints which check ran:
@@ -94,9 +95,11 @@ class CudaExport(PolicyExport):
         options = cuda_program.compile_options()
         self.info["aoti_options"] = options
         self.info["inductor_cache"] = cuda_program.inductor_cache()
+        self.info["triton_ptxas"] = cuda_program.align_triton_ptxas()
         log("compile-model", f"to_edge_transform_and_lower (CudaBackend; max_autotune={options.get('max_autotune')}, "
                              f"gemm={options.get('max_autotune_gemm_backends')}, "
-                             f"conv={options.get('max_autotune_conv_backends')}) ...")
+                             f"conv={options.get('max_autotune_conv_backends')}, "
+                             f"ptxas={self.info['triton_ptxas'] or 'Triton bundled'}) ...")
         self.program = cuda_program.lower(self.eps)
         del self.eps
         self.blobs = cuda_program.blobs_of(self.program)
