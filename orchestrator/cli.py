@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [a for a in args.cells if _is_override(a)]
         args.cells = [a for a in args.cells if not _is_override(a)]
     name = f"env_{args.env_command}" if args.command == "env" else args.command
+    not_overrides = [a for a in getattr(args, "overrides", []) if not _is_override(a)]
+    if not_overrides:
+        print(f"export-matrix: error: {not_overrides[0]!r} is not a Hydra override (key=value, +key=value or ~key)"
+              + (f"; a results folder goes in as out_dir={not_overrides[0]}" if "/" in not_overrides[0] else ""),
+              file=sys.stderr)
+        return 2
     try:
         return COMMANDS[name](args)
     except ConfigError as exc:

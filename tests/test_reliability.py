@@ -126,6 +126,8 @@ def test_bad_values_give_one_line_naming_key_value_and_what_is_allowed(tmp_path:
         (["sweep", "launcher.parallel=two", f"out_dir={tmp_path / 'o'}"],
          "launcher.parallel must be an integer at least 1, got 'two'"),
         (["rerun", "act//stock", f"out_dir={tmp_path / 'o'}"], "bad cell id 'act//stock' (expected policy/gpu/torch)"),
+        (["collect", str(tmp_path / "o")], f"'{tmp_path / 'o'}' is not a Hydra override (key=value, +key=value or "
+                                            f"~key); a results folder goes in as out_dir={tmp_path / 'o'}"),
         (["sweep", "launcher=slurm", "+launcher.array_paralelism=8", f"out_dir={tmp_path / 'o'}"],
          "unknown key launcher.array_paralelism (valid: array_parallelism, max_requeues, name, "),
         (["sweep", "gpus.cpu.slurm.mem_gb=lots", f"out_dir={tmp_path / 'o'}"],
