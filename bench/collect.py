@@ -195,6 +195,8 @@ def main() -> int:
                         help="time the trees a --keep run left in this folder (<DIR>/<size>/) instead of writing new")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "collect.json")
     args = parser.parse_args()
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
     base = args.reuse or Path(tempfile.mkdtemp(prefix="collect-bench-", dir=args.dir))
     keep = args.keep or args.reuse is not None
     results = []
