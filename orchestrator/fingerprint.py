@@ -19,7 +19,11 @@ def env_identity(python: str, recipe: EnvRecipe | None) -> dict[str, Any]:
     if recipe is not None:
         patches = dict(zip((p.name for p in recipe.patches), recipe.patch_sha, strict=True))
         return {"recipe": recipe.digest, "patches": patches}
-    found = env_fingerprint(python)
+    return installed_identity(python, env_fingerprint(python))
+
+
+def installed_identity(python: str, found: dict[str, Any]) -> dict[str, Any]:
+    """What of an interpreter's env_fingerprint goes into the key: its Python version and distributions."""
     return {"python": python, "python_version": found.get("python_version"),
             "freeze": hashlib.sha256(json.dumps(found.get("freeze")).encode()).hexdigest()[:16]}
 

@@ -172,11 +172,23 @@ def _relevant(overrides: list[str]) -> list[str]:
 
 
 def _store(out_dir: Path, cache: dict[str, Any], parts: dict[str, str], specs: dict[str, CellSpec]) -> None:
+    """Each key under its inputs. An interpreter is probed again: its site stamp is the one the probe took before
+    reading the distributions, and a key is kept only where that read gives the distributions the key was
+    computed with; so an install while the command ran is a miss next time, never a stale hit."""
+    from .envs import env_fingerprint
+    from .fingerprint import installed_identity
+
     stamps: dict[str, str] = {}
+    identities: dict[str, dict[str, Any]] = {}
     for cell_id, spec in specs.items():
         python = "" if spec.recipe is not None else spec.python  # a recipe's key does not read its env
-        if python and python not in cache["pythons"]:
-            cache["pythons"][python] = {"site": _site_dirs(python)}
+        if python and python not in stamps:
+            found = env_fingerprint(python)
+            cache["pythons"][python] = {"site": list(found.get("site") or [])}
+            stamps[python] = json.dumps(found.get("site_stamp") or site_stamp(cache["pythons"][python]["site"]))
+            identities[python] = installed_identity(python, found)
+        if python and spec.fingerprint.get("env") != identities[python]:
+            continue  # the env changed after this key was computed
         entry = {"python": python, "key": spec.fingerprint["key"]}
         entry["inputs"] = _inputs(parts[cell_id], entry, cache["pythons"], stamps)
         others = [e for e in cache["cells"].get(cell_id) or [] if e.get("inputs") != entry["inputs"]]
@@ -187,7 +199,3 @@ def _store(out_dir: Path, cache: dict[str, Any], parts: dict[str, str], specs: d
         pass  # a cache that cannot be written costs time, not correctness
 
 
-def _site_dirs(python: str) -> list[str]:
-    from .envs import env_fingerprint
-
-    return list(env_fingerprint(python).get("site") or [])

@@ -39,10 +39,19 @@ def cuda():
 
 
 def installed():
-    """Every distribution with its version, and the site directories (sys.path[0] is this script's own)."""
+    """Every distribution with its version, and the site directories (sys.path[0] is this script's own) with
+    their mtimes taken before the distributions are read: an install during the read leaves a stamp older than
+    the directory, so a key cached under it is looked up again (fingerprint_cache.py)."""
+    site = [p for p in sys.path[1:] if p and os.path.isdir(p)]
+    stamp = []
+    for directory in site:
+        try:
+            stamp.append([directory, os.stat(directory).st_mtime_ns])
+        except OSError:
+            stamp.append([directory, None])
     return {"python_version": platform.python_version(),
             "freeze": sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()),
-            "site": [p for p in sys.path[1:] if p and os.path.isdir(p)]}
+            "site": site, "site_stamp": stamp}
 
 
 if "--installed" in sys.argv[1:]:
