@@ -53,7 +53,7 @@ def align_triton_ptxas() -> str | None:
     The workers point TRITON_PTXAS_PATH at torch's own ptxas (torch/bin/ptxas, CUDA 13.0 in torch 2.11 cu130)
     while this process keeps Triton's bundled one (CUDA 12.8); `ptxas --version` is part of Triton's cache key,
     so every autotune choice the workers compiled missed and was compiled again, serially, in this process:
-    ~2 s a choice on an H200, and ACT ran past 9 minutes in compile-model. Torch's own helper sets it here too
+    up to 4.6 s a choice on an H200, and ACT ran past 9 minutes in compile-model. Torch's own helper sets it here too
     (it leaves a TRITON_PTXAS_PATH the user set). Must run before this process compiles its first Triton kernel.
     Returns the ptxas in use (None: Triton's bundled one).
     """

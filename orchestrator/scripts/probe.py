@@ -43,7 +43,7 @@ def installed():
     their mtimes taken before the distributions are read: an install during the read leaves a stamp older than
     the directory, so a key cached under it is looked up again (fingerprint_cache.py)."""
     site = [p for p in sys.path[1:] if p and os.path.isdir(p)]
-    stamp = []
+    stamp = []  # fingerprint_cache.site_stamp's shape; this file runs in the build's interpreter, without our package
     for directory in site:
         try:
             stamp.append([directory, os.stat(directory).st_mtime_ns])
