@@ -13,8 +13,9 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.collect.catalog import load_catalog
 from orchestrator.collect.render_md import md_text
+from orchestrator.collect.rules import short_fixes
 from orchestrator.config import PACKAGE_CONF
-from orchestrator.record import Record, write_record
+from orchestrator.record import Record, read_record, write_record
 from orchestrator.spec import cell_dir
 
 from .conftest import write
@@ -136,7 +137,7 @@ def test_slow_mark_and_its_threshold(tmp_path: Path) -> None:
 
 def test_catalog_matches_the_seed_messages_with_other_numbers() -> None:
     catalog = load_catalog([PACKAGE_CONF])
-    assert catalog.ids == ["1", "2", "3", "4", "5", "6", "7", "8"]
+    assert catalog.ids == ["1", "2", "3", "4", "5", "6", "7", "8", "conv_no_choice", "detach_copy", "split_copy"]
     for failure_id, message in SEED_MESSAGES.items():
         assert catalog.match(message) == [failure_id], failure_id
         other = re.sub(r"\d+", lambda m: str(int(m.group()) + 7), message)
@@ -147,6 +148,27 @@ def test_catalog_matches_the_seed_messages_with_other_numbers() -> None:
     assert catalog.match("CUDA out of memory. Tried to allocate 2.98 GiB.") == []  # not during autotuning
     assert [e.signal for e in catalog.entries if e.signal] == ["slow", "at_limit"]
     assert catalog.by_id["7"].fixed_by == "pytorch/pytorch#202785"
+
+
+def test_catalog_tells_the_h200_failures_apart_from_the_seed_rows() -> None:
+    """The messages of the H200 runs (bench/results/gpu_smoke/cells): diffusion's convolution with no Triton choice
+    says the same words as row 2's grouped_mm, but for the conv backends, and must not be filed as row 2."""
+    catalog = load_catalog([PACKAGE_CONF])
+    cells = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_smoke" / "cells"
+    errors = {cell: read_record(cells / cell / "h200" / "local").error
+              for cell in ("act", "diffusion", "gaussian_actor")}
+    assert catalog.match(errors["diffusion"]) == ["conv_no_choice"]
+    assert catalog.match(errors["act"]) == ["split_copy"]
+    assert catalog.match(errors["gaussian_actor"]) == ["detach_copy"]
+    assert catalog.match("RuntimeError: Method forward missing fallback kernels (2 total):\n  - aten::detach_copy\n"
+                         "  - aten::split_copy.Tensor") == ["detach_copy", "split_copy"]
+    assert catalog.match(SEED_MESSAGES["2"].replace("gemm", "conv")) == ["conv_no_choice"]
+    assert catalog.by_id["split_copy"].fixed_by == "pytorch/executorch#19924"
+
+
+def test_a_fix_outside_torch_keeps_its_repository_in_the_table() -> None:
+    assert short_fixes("pytorch/pytorch#202785 pytorch/executorch#19924 #7 my-local-patch") == \
+        "#202785 executorch#19924 #7 my-local-patch"
 
 
 def test_log_tail_is_searched_when_the_error_line_is_unknown(tmp_path: Path) -> None:

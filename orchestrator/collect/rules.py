@@ -179,8 +179,16 @@ def repro_table(repros: pd.DataFrame, settings: Settings) -> pd.DataFrame:
 
 
 def short_fixes(fixes: str) -> str:
-    """"pytorch/pytorch#202785 pytorch/pytorch#202925" -> "#202785 #202925"."""
-    return " ".join(f"#{fix.rsplit('#', 1)[1]}" if "#" in fix else fix for fix in fixes.split())
+    """"pytorch/pytorch#202785 pytorch/executorch#19924" -> "#202785 executorch#19924": torch's PRs are the
+    table's usual fixes; another repository keeps its name, so its number is not read as a torch PR."""
+    return " ".join(_short_fix(fix) for fix in fixes.split())
+
+
+def _short_fix(fix: str) -> str:
+    repo, sep, number = fix.rpartition("#")
+    if not sep:
+        return fix
+    return f"#{number}" if repo in ("", "pytorch/pytorch") else f"{repo.rsplit('/', 1)[-1]}#{number}"
 
 
 def cells_table(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
