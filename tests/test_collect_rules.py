@@ -373,3 +373,26 @@ def test_selection_narrows_collect_to_the_chosen_cells(tmp_path: Path) -> None:
     passed(tmp_path, "wall_x/h100/stock")
     assert collect(tmp_path, "gpu=h100", "policy=wall_*", matrix="matrix.policies=[act,wall_x]") == 0
     assert set(rows(tmp_path)) == {("wall_x", "h100")}
+
+
+def test_vectorized_failure_matching_and_joining_equal_the_row_by_row_answers() -> None:
+    """match_many (one combined search first) and join_ids (each flag combination joined once) against match and
+    a plain join, row by row, on the seed's messages, their log-tail forms and texts that match nothing."""
+    import numpy as np
+    import pandas as pd
+
+    from orchestrator.collect.rules import join_ids
+
+    catalog = load_catalog([PACKAGE_CONF])
+    texts = [*SEED_MESSAGES.values(), "...\n" + SEED_MESSAGES["3"], "KeyError: 'x'", None, "",
+             "RuntimeError: Method forward missing fallback kernels (2 total):\n  - aten::detach_copy\n"
+             "  - aten::split_copy.Tensor"]
+    series = pd.Series([texts[i] for i in np.random.default_rng(3).integers(0, len(texts), 500)])
+    flags = catalog.match_many(series)
+    for row, text in enumerate(series):
+        expected = catalog.match(text if isinstance(text, str) else None)  # pandas keeps None as NaN
+        assert [e.id for e in catalog.entries if flags.iloc[row][e.column]] == expected, text
+    joined = join_ids(flags, catalog.ids)
+    for row in range(len(series)):
+        assert joined.iloc[row] == " ".join(i for i in catalog.ids if flags.iloc[row][f"f:{i}"])
+    assert set(joined) >= {"", "2", "3", "detach_copy split_copy"}

@@ -95,14 +95,30 @@ class Catalog:
             searched.append((entry, patterns))
         return searched
 
+    @cached_property
+    def _any(self) -> re.Pattern | None:
+        """Every entry's patterns as one alternation, which occurs in a text exactly when one of them does: most
+        texts match no entry, and are then ruled out with one search (None where they do not combine)."""
+        patterns = [p for _, searched in self._searched for p in searched]
+        if not patterns or any(p.groups for p in patterns[1:]):
+            return None
+        try:
+            return re.compile("|".join(f"(?:{p.pattern})" for p in patterns))
+        except re.error:
+            return None
+
     def match_many(self, texts: pd.Series) -> pd.DataFrame:
         """A boolean frame (one column per entry) saying which entries match each text, matching each distinct
         text once."""
         codes, uniques = pd.factorize(texts, use_na_sentinel=True)
         table = np.zeros((len(uniques) + 1, len(self.entries)), dtype=bool)  # last row: missing text
         index = {e.id: i for i, e in enumerate(self.entries)}
+        anything = self._any
         for row, text in enumerate(uniques):
-            for failure_id in self.match(str(text)):
+            text = str(text)
+            if anything is not None and not anything.search(text):
+                continue
+            for failure_id in self.match(text):
                 table[row, index[failure_id]] = True
         picked = table[np.where(codes < 0, len(uniques), codes)]
         return pd.DataFrame(picked, index=texts.index, columns=[e.column for e in self.entries])

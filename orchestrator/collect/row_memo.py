@@ -47,7 +47,8 @@ def row_keys(frame: pd.DataFrame) -> list[int]:
                 hashed = pd.util.hash_array(column.to_numpy())
             else:  # texts repeat (versions, errors): each distinct one hashed once; missing is not "None"
                 codes, uniques = pd.factorize(column, use_na_sentinel=True)
-                hashed = np.append(pd.util.hash_array(np.asarray(uniques, dtype=object)), _MIX)[codes]
+                hashed = np.append(pd.util.hash_array(np.asarray(uniques, dtype=object), categorize=False),
+                                   _MIX)[codes]  # already distinct: hash_array's own factorizing is pure cost
             keys = keys * _MIX + hashed + np.uint64(1)
         # splitmix64's finalizer: the keys above are linear in the values, so two rows that swap a value would
         # keep their sum (a policy's key, policy_keys) unchanged

@@ -32,11 +32,14 @@ REPRO_COLUMNS = ["row", "id", "policy", "gpu", "torch", "status", "reproduces", 
 
 
 def join_ids(flags: pd.DataFrame, ids: list[str]) -> pd.Series:
-    """Space-separated ids whose flag column is set, in catalog order, one string per row (vectorized)."""
-    text = pd.Series("", index=flags.index, dtype=object)
-    for failure_id in ids:
-        text = text + np.where(flags[flag_column(failure_id)].to_numpy(), failure_id + " ", "")
-    return text.str.rstrip()
+    """Space-separated ids whose flag column is set, in catalog order, one string per row: rows share a handful
+    of flag combinations, and each distinct one is joined once."""
+    if not ids or not len(flags):
+        return pd.Series("", index=flags.index, dtype=object)
+    bits = flags[[flag_column(failure_id) for failure_id in ids]].to_numpy(dtype=bool)
+    combos, inverse = np.unique(bits, axis=0, return_inverse=True)
+    texts = np.array([" ".join(i for i, on in zip(ids, combo, strict=True) if on) for combo in combos], dtype=object)
+    return pd.Series(texts[inverse.reshape(-1)], index=flags.index, dtype=object)
 
 
 def first_line(text: pd.Series) -> pd.Series:
@@ -124,7 +127,9 @@ def build_matrix(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
         if column not in matrix:
             matrix[column] = None
     matrix["symbol"] = matrix["status"].map(SYMBOLS)
-    matrix["fixes"] = matrix["fixes"].fillna("").astype(str).map(short_fixes)
+    codes, uniques = pd.factorize(matrix["fixes"].fillna("").astype(str))  # a few distinct lists: each once
+    matrix["fixes"] = pd.Series(np.array([short_fixes(f) for f in uniques] + [""], dtype=object)[codes],
+                                index=matrix.index, dtype=object)
     for column in ("slow", "at_limit", "in_progress"):
         matrix[column] = matrix[column].fillna(False).astype(bool)
     matrix["builds"] = matrix["builds"].fillna(0).astype("int64")
