@@ -37,9 +37,15 @@ def join_ids(flags: pd.DataFrame, ids: list[str]) -> pd.Series:
     if not ids or not len(flags):
         return pd.Series("", index=flags.index, dtype=object)
     bits = flags[[flag_column(failure_id) for failure_id in ids]].to_numpy(dtype=bool)
-    combos, inverse = np.unique(bits, axis=0, return_inverse=True)
-    texts = np.array([" ".join(i for i, on in zip(ids, combo, strict=True) if on) for combo in combos], dtype=object)
-    return pd.Series(texts[inverse.reshape(-1)], index=flags.index, dtype=object)
+    codes = np.zeros(len(bits), dtype=np.int64)
+    for start in range(0, len(ids), 62):  # 62 flags a word; each word's codes folded into the combination's
+        word = bits[:, start:start + 62].astype(np.int64) @ (np.int64(1) << np.arange(min(62, len(ids) - start)))
+        word_codes, _ = pd.factorize(word)
+        codes, _ = pd.factorize(codes * (word_codes.max() + 1) + word_codes)
+    first = np.empty(codes.max() + 1, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # a row of each combination
+    texts = np.array([" ".join(i for i, on in zip(ids, bits[row], strict=True) if on) for row in first], dtype=object)
+    return pd.Series(texts[codes], index=flags.index, dtype=object)
 
 
 def first_line(text: pd.Series) -> pd.Series:
