@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from orchestrator.envs import EnvBuildError, build_env, recipe_of
+from orchestrator.config import PACKAGE_CONF
+from orchestrator.envs import EnvBuildError, apply_patch, build_env, recipe_of
 
 from .conftest import STANDIN_BIN, cli, record, write
 
@@ -119,3 +125,41 @@ def test_bump_makes_one_build_stale_and_reruns_touch_only_those(tmp_path: Path) 
     assert record(out, "flux3/h100/stock")["attempt"] == 2 and record(out, "lawam/h100/stock")["attempt"] == 1
     cli("rerun", "--failed", *common)  # lawam fails on builds without pytorch#202925 (row 8)
     assert record(out, "lawam/h100/stock")["attempt"] == 2 and record(out, "flux3/h100/stock")["attempt"] == 2
+
+
+SPLIT_COPY_PROBE = """
+import torch
+from executorch.backends.aoti.passes.replace_view_copy_with_view import ReplaceViewCopyWithViewPass
+
+class Chunked(torch.nn.Module):
+    def forward(self, x):
+        a, b, c = torch.ops.aten.split_copy.Tensor(x, 2)  # what the edge dialect makes of the CUDA lane's split
+        return a + b * c
+
+module = torch.export.export(Chunked(), (torch.randn(6, 4),)).graph_module
+ReplaceViewCopyWithViewPass()(module)
+print(sorted({str(n.target) for n in module.graph.nodes if "split" in str(n.target)}))
+"""
+
+
+def test_the_et19924_patch_turns_split_copy_back_into_a_view(tmp_path: Path) -> None:
+    """The et19924 build's patch, applied the way `env build` applies it, to a copy of the installed ExecuTorch
+    1.2.0: CudaBackend's view pass then maps split_copy to split (act's failure on `local`, gone on the H200 with
+    the same change); the installed one keeps split_copy."""
+    import executorch
+
+    site = tmp_path / "site"
+    shutil.copytree(next(iter(executorch.__path__)), site / "executorch", symlinks=True)  # a namespace package
+    recipe = recipe_of("et19924", yaml.safe_load((PACKAGE_CONF / "torch" / "et19924.yaml").read_text()),
+                       [PACKAGE_CONF], tmp_path / "envs")
+    (patch,) = recipe.patches
+    apply_patch(patch, site)
+
+    def splits(pythonpath: str) -> str:
+        done = subprocess.run([sys.executable, "-c", SPLIT_COPY_PROBE], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": pythonpath})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip().splitlines()[-1]
+
+    assert splits("") == "['aten.split_copy.Tensor']"
+    assert splits(str(site)) == "['aten.split.Tensor']"
