@@ -111,3 +111,13 @@ def test_patterns_missing_from_an_older_config_are_skipped() -> None:
                                                               "oom", "step_started")}
     found = parse_log("Exported policy check: aoti (x)\n" + log(ROW3), older)
     assert "check" not in found and "oom" not in found and found["error"] == ROW3
+
+
+def test_an_exception_class_without_an_error_suffix_is_the_error_not_torch_exports_epilogue() -> None:
+    """tdmpc_mpc on the H200 (bench/results/gpu_smoke): torch.export raised GuardOnDataDependentSymNode (MPC's
+    torch.multinomial index) and followed it with its own "The error above occurred ..." lines."""
+    text = (ROOT / "bench/results/gpu_smoke/cells/tdmpc_mpc/h200/local/export.log").read_text()
+    found = parse_log(text, PATTERNS)
+    assert found["failed_step"] == "trace"
+    assert found["error"].startswith("torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode: Could not "
+                                      "extract specialized integer from data-dependent expression u0")
