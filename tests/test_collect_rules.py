@@ -8,17 +8,19 @@ import io
 import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from orchestrator.cli import main
 from orchestrator.collect.catalog import load_catalog
 from orchestrator.collect.render_md import md_text
-from orchestrator.collect.rules import short_fixes
+from orchestrator.collect.rules import join_ids, short_fixes
 from orchestrator.config import PACKAGE_CONF
 from orchestrator.record import Record, read_record, write_record
 from orchestrator.spec import cell_dir
 
-from .conftest import write
+from .conftest import ROOT, write
 
 ROW7 = "SerializeError: Unsupported getattr attribute function_const_func_spec0 with type TreeSpec"
 SEED_MESSAGES = {
@@ -154,7 +156,7 @@ def test_catalog_tells_the_h200_failures_apart_from_the_seed_rows() -> None:
     """The messages of the H200 runs (bench/results/gpu_smoke/cells): diffusion's convolution with no Triton choice
     says the same words as row 2's grouped_mm, but for the conv backends, and must not be filed as row 2."""
     catalog = load_catalog([PACKAGE_CONF])
-    cells = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_smoke" / "cells"
+    cells = ROOT / "bench" / "results" / "gpu_smoke" / "cells"
     errors = {cell: read_record(cells / cell / "h200" / "local").error
               for cell in ("act", "diffusion", "gaussian_actor")}
     assert catalog.match(errors["diffusion"]) == ["conv_no_choice"]
@@ -378,11 +380,6 @@ def test_selection_narrows_collect_to_the_chosen_cells(tmp_path: Path) -> None:
 def test_vectorized_failure_matching_and_joining_equal_the_row_by_row_answers() -> None:
     """match_many (one combined search first) and join_ids (each flag combination joined once) against match and
     a plain join, row by row, on the seed's messages, their log-tail forms and texts that match nothing."""
-    import numpy as np
-    import pandas as pd
-
-    from orchestrator.collect.rules import join_ids
-
     catalog = load_catalog([PACKAGE_CONF])
     texts = [*SEED_MESSAGES.values(), "...\n" + SEED_MESSAGES["3"], "KeyError: 'x'", None, "",
              "RuntimeError: Method forward missing fallback kernels (2 total):\n  - aten::detach_copy\n"

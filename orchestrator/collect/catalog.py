@@ -81,31 +81,19 @@ class Catalog:
 
     @cached_property
     def _searched(self) -> list[tuple[Entry, tuple[re.Pattern, ...]]]:
-        """Each entry with its patterns as one alternation (one search per entry and text, not one per pattern),
-        or as they are where they do not combine: a pattern with global flags, or a later one with groups (its
-        backreferences would count the groups before it)."""
+        """Each entry with its patterns as one alternation where they combine (one search per entry and text, not
+        one per pattern), else as they are."""
         searched = []
         for entry in self.entries:
-            patterns = entry.patterns
-            if len(patterns) > 1 and not any(p.groups for p in patterns[1:]):
-                try:
-                    patterns = (re.compile("|".join(f"(?:{p.pattern})" for p in patterns)),)
-                except re.error:
-                    pass
-            searched.append((entry, patterns))
+            combined = _alternation(entry.patterns) if len(entry.patterns) > 1 else None
+            searched.append((entry, (combined,) if combined else entry.patterns))
         return searched
 
     @cached_property
     def _any(self) -> re.Pattern | None:
         """Every entry's patterns as one alternation, which occurs in a text exactly when one of them does: most
         texts match no entry, and are then ruled out with one search (None where they do not combine)."""
-        patterns = [p for _, searched in self._searched for p in searched]
-        if not patterns or any(p.groups for p in patterns[1:]):
-            return None
-        try:
-            return re.compile("|".join(f"(?:{p.pattern})" for p in patterns))
-        except re.error:
-            return None
+        return _alternation([p for _, searched in self._searched for p in searched])
 
     def match_many(self, texts: pd.Series) -> pd.DataFrame:
         """A boolean frame (one column per entry) saying which entries match each text, matching each distinct
@@ -122,6 +110,18 @@ class Catalog:
                 table[row, index[failure_id]] = True
         picked = table[np.where(codes < 0, len(uniques), codes)]
         return pd.DataFrame(picked, index=texts.index, columns=[e.column for e in self.entries])
+
+
+def _alternation(patterns: list[re.Pattern] | tuple[re.Pattern, ...]) -> re.Pattern | None:
+    """The patterns as one, which occurs in a text exactly when one of them does; None where there are none or
+    they do not combine: a pattern with global flags, or a later one with groups (its backreferences would count
+    the groups before it)."""
+    if not patterns or any(p.groups for p in patterns[1:]):
+        return None
+    try:
+        return re.compile("|".join(f"(?:{p.pattern})" for p in patterns))
+    except re.error:
+        return None
 
 
 def load_catalog(config_dirs: list[Path]) -> Catalog:

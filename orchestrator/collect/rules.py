@@ -36,14 +36,10 @@ def join_ids(flags: pd.DataFrame, ids: list[str]) -> pd.Series:
     of flag combinations, and each distinct one is joined once."""
     if not ids or not len(flags):
         return pd.Series("", index=flags.index, dtype=object)
-    bits = flags[[flag_column(failure_id) for failure_id in ids]].to_numpy(dtype=bool)
-    codes = np.zeros(len(bits), dtype=np.int64)
-    for start in range(0, len(ids), 62):  # 62 flags a word; each word's codes folded into the combination's
-        word = bits[:, start:start + 62].astype(np.int64) @ (np.int64(1) << np.arange(min(62, len(ids) - start)))
-        word_codes, _ = pd.factorize(word)
-        codes, _ = pd.factorize(codes * (word_codes.max() + 1) + word_codes)
-    first = np.empty(codes.max() + 1, dtype=np.int64)
-    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # a row of each combination
+    columns = [flag_column(failure_id) for failure_id in ids]
+    bits = flags[columns].to_numpy(dtype=bool)
+    codes = flags.groupby(columns, sort=False).ngroup().to_numpy()
+    _, first = np.unique(codes, return_index=True)  # a row of each combination
     texts = np.array([" ".join(i for i, on in zip(ids, bits[row], strict=True) if on) for row in first], dtype=object)
     return pd.Series(texts[codes], index=flags.index, dtype=object)
 
@@ -134,7 +130,7 @@ def build_matrix(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
             matrix[column] = None
     matrix["symbol"] = matrix["status"].map(SYMBOLS)
     codes, uniques = pd.factorize(matrix["fixes"].fillna("").astype(str))  # a few distinct lists: each once
-    matrix["fixes"] = pd.Series(np.array([short_fixes(f) for f in uniques] + [""], dtype=object)[codes],
+    matrix["fixes"] = pd.Series(np.array([short_fixes(f) for f in uniques], dtype=object)[codes],
                                 index=matrix.index, dtype=object)
     for column in ("slow", "at_limit", "in_progress"):
         matrix[column] = matrix[column].fillna(False).astype(bool)
