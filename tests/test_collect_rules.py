@@ -139,7 +139,8 @@ def test_slow_mark_and_its_threshold(tmp_path: Path) -> None:
 
 def test_catalog_matches_the_seed_messages_with_other_numbers() -> None:
     catalog = load_catalog([PACKAGE_CONF])
-    assert catalog.ids == ["1", "2", "3", "4", "5", "6", "7", "8", "conv_no_choice", "detach_copy", "split_copy"]
+    assert catalog.ids == ["1", "2", "3", "4", "5", "6", "7", "8", "conv_no_choice", "detach_copy", "missing_package",
+                           "needs_hub", "split_copy"]
     for failure_id, message in SEED_MESSAGES.items():
         assert catalog.match(message) == [failure_id], failure_id
         other = re.sub(r"\d+", lambda m: str(int(m.group()) + 7), message)
@@ -166,6 +167,20 @@ def test_catalog_tells_the_h200_failures_apart_from_the_seed_rows() -> None:
                          "  - aten::split_copy.Tensor") == ["detach_copy", "split_copy"]
     assert catalog.match(SEED_MESSAGES["2"].replace("gemm", "conv")) == ["conv_no_choice"]
     assert catalog.by_id["split_copy"].fixed_by == "pytorch/executorch#19924"
+
+
+def test_offline_and_missing_package_failures_are_named_not_new() -> None:
+    """The H200 records of policies that could not be built offline: each is named by the error line, or (pi0_fast,
+    whose error line is its own RuntimeError) by the log tail, and no compiler failure matches them."""
+    catalog = load_catalog([PACKAGE_CONF])
+    cells = ROOT / "bench" / "results" / "gpu_smoke" / "cells"
+    named = {}
+    for policy in ("eo1", "smolvla", "groot", "molmoact2", "pi0_fast", "wall_x"):
+        record = read_record(cells / policy / "h200" / "local")
+        named[policy] = catalog.match(record.error) or catalog.match(record.log_tail)
+    assert named == {"eo1": ["needs_hub"], "smolvla": ["needs_hub"], "groot": ["needs_hub"],
+                     "molmoact2": ["needs_hub"], "pi0_fast": ["needs_hub"], "wall_x": ["missing_package"]}
+    assert catalog.match("ModuleNotFoundError: No module named 'qwen_vl_utils'") == []
 
 
 def test_a_fix_outside_torch_keeps_its_repository_in_the_table() -> None:
