@@ -140,7 +140,7 @@ def test_slow_mark_and_its_threshold(tmp_path: Path) -> None:
 def test_catalog_matches_the_seed_messages_with_other_numbers() -> None:
     catalog = load_catalog([PACKAGE_CONF])
     assert catalog.ids == ["1", "2", "3", "4", "5", "6", "7", "8", "conv_no_choice", "detach_copy", "missing_package",
-                           "needs_hub", "split_copy"]
+                           "multinomial", "needs_hub", "split_copy"]
     for failure_id, message in SEED_MESSAGES.items():
         assert catalog.match(message) == [failure_id], failure_id
         other = re.sub(r"\d+", lambda m: str(int(m.group()) + 7), message)
@@ -167,6 +167,9 @@ def test_catalog_tells_the_h200_failures_apart_from_the_seed_rows() -> None:
                          "  - aten::split_copy.Tensor") == ["detach_copy", "split_copy"]
     assert catalog.match(SEED_MESSAGES["2"].replace("gemm", "conv")) == ["conv_no_choice"]
     assert catalog.by_id["split_copy"].fixed_by == "pytorch/executorch#19924"
+    vqbet = {build: read_record(cells / "vqbet" / "h200" / build) for build in ("local", "etdetach")}
+    assert catalog.match(vqbet["local"].log_tail) == ["detach_copy", "multinomial", "split_copy"]
+    assert catalog.match(vqbet["etdetach"].error) == ["multinomial"]  # detach_copy and split_copy mapped to views
 
 
 def test_offline_and_missing_package_failures_are_named_not_new() -> None:

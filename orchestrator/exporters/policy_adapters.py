@@ -355,9 +355,12 @@ class GaussianActorAdapter(SelectActionAdapter):
     def extra_inputs(self, batch, gen):
         from torch.distributions.utils import _standard_normal
 
+        # Drawn where the policy's rsample draws it (its parameters' device): seeded alike, the CPU's and CUDA's
+        # generators give different numbers, and the eager reference on a GPU would not see this eps.
         torch.manual_seed(0)
         shape = (1, self.config.output_features[ACTION].shape[0])
-        return {"sample_noise": _standard_normal(shape, dtype=torch.float32, device=torch.device("cpu"))}
+        device = next(self.policy.parameters()).device
+        return {"sample_noise": _standard_normal(shape, dtype=torch.float32, device=device)}
 
     def eager(self, named):
         named = dict(named)

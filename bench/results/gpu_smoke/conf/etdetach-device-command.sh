@@ -1,7 +1,8 @@
 # The device call of 2026-12-04 (third session) that ran gaussian_actor and vqbet on a build `etdetach`: ExecuTorch
 # 1.2.0 with pytorch/executorch#19924's hunk and the local detach_copy -> detach mapping
 # (conf/patches/executorch-detach-copy-aoti.diff here), copied to /tmp/etd and put first on PYTHONPATH.
-# Run from the repository root with .whl carried; $OUT is the device's output folder.
+# Run from the repository root with .whl carried; $OUT is the device's output folder. It ran twice: as here, then
+# (the machine still warm, after the gaussian_actor adapter's fix) without `policies.vqbet.timeout_min=7`.
 set -u
 S=/tmp/export-matrix-site; R=bench/results/gpu_smoke/conf
 scripts/offline-env .whl true
