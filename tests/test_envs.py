@@ -127,39 +127,44 @@ def test_bump_makes_one_build_stale_and_reruns_touch_only_those(tmp_path: Path) 
     assert record(out, "lawam/h100/stock")["attempt"] == 2 and record(out, "flux3/h100/stock")["attempt"] == 2
 
 
-SPLIT_COPY_PROBE = """
+VIEW_COPY_PROBE = """
 import torch
 from executorch.backends.aoti.passes.replace_view_copy_with_view import ReplaceViewCopyWithViewPass
 
 class Chunked(torch.nn.Module):
     def forward(self, x):
         a, b, c = torch.ops.aten.split_copy.Tensor(x, 2)  # what the edge dialect makes of the CUDA lane's split
-        return a + b * c
+        return torch.ops.aten.detach_copy.default(a + b * c)  # ... and of a detach (gaussian_actor's)
 
 module = torch.export.export(Chunked(), (torch.randn(6, 4),)).graph_module
 ReplaceViewCopyWithViewPass()(module)
-print(sorted({str(n.target) for n in module.graph.nodes if "split" in str(n.target)}))
+print(sorted({str(n.target) for n in module.graph.nodes if "split" in str(n.target) or "detach" in str(n.target)}))
 """
 
 
-def test_the_et19924_patch_turns_split_copy_back_into_a_view(tmp_path: Path) -> None:
-    """The et19924 build's patch, applied the way `env build` applies it, to a copy of the installed ExecuTorch
-    1.2.0: CudaBackend's view pass then maps split_copy to split (act's failure on `local`, gone on the H200 with
-    the same change); the installed one keeps split_copy."""
+@pytest.mark.parametrize(("build", "patched"), [
+    ("et19924", "['aten.detach_copy.default', 'aten.split.Tensor']"),
+    ("etdetach", "['aten.detach.default', 'aten.split.Tensor']"),
+])
+def test_a_patched_build_turns_view_copies_back_into_views(tmp_path: Path, build: str, patched: str) -> None:
+    """A build's patches, applied the way `env build` applies them, to a copy of the installed ExecuTorch 1.2.0:
+    CudaBackend's view pass then maps split_copy to split (et19924: act's failure on `local`, gone on the H200 with
+    the same change) and, with etdetach's second patch, detach_copy to detach (gaussian_actor's, gone on the H200
+    too); the installed one keeps both copies."""
     import executorch
 
     site = tmp_path / "site"
     shutil.copytree(next(iter(executorch.__path__)), site / "executorch", symlinks=True)  # a namespace package
-    recipe = recipe_of("et19924", yaml.safe_load((PACKAGE_CONF / "torch" / "et19924.yaml").read_text()),
+    recipe = recipe_of(build, yaml.safe_load((PACKAGE_CONF / "torch" / f"{build}.yaml").read_text()),
                        [PACKAGE_CONF], tmp_path / "envs")
-    (patch,) = recipe.patches
-    apply_patch(patch, site)
+    for patch in recipe.patches:
+        apply_patch(patch, site)
 
-    def splits(pythonpath: str) -> str:
-        done = subprocess.run([sys.executable, "-c", SPLIT_COPY_PROBE], capture_output=True, text=True, timeout=600,
+    def targets(pythonpath: str) -> str:
+        done = subprocess.run([sys.executable, "-c", VIEW_COPY_PROBE], capture_output=True, text=True, timeout=600,
                               env={**os.environ, "PYTHONPATH": pythonpath})
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout.strip().splitlines()[-1]
 
-    assert splits("") == "['aten.split_copy.Tensor']"
-    assert splits(str(site)) == "['aten.split.Tensor']"
+    assert targets("") == "['aten.detach_copy.default', 'aten.split_copy.Tensor']"
+    assert targets(str(site)) == patched
