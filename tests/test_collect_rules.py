@@ -139,8 +139,8 @@ def test_slow_mark_and_its_threshold(tmp_path: Path) -> None:
 
 def test_catalog_matches_the_seed_messages_with_other_numbers() -> None:
     catalog = load_catalog([PACKAGE_CONF])
-    assert catalog.ids == ["1", "2", "3", "4", "5", "6", "7", "8", "conv_no_choice", "detach_copy", "missing_package",
-                           "multinomial", "needs_hub", "split_copy"]
+    assert catalog.ids == ["1", "2", "3", "4", "5", "6", "7", "8", "conv_no_choice", "data_dependent", "detach_copy",
+                           "missing_package", "multinomial", "needs_hub", "split_copy"]
     for failure_id, message in SEED_MESSAGES.items():
         assert catalog.match(message) == [failure_id], failure_id
         other = re.sub(r"\d+", lambda m: str(int(m.group()) + 7), message)
@@ -159,10 +159,11 @@ def test_catalog_tells_the_h200_failures_apart_from_the_seed_rows() -> None:
     catalog = load_catalog([PACKAGE_CONF])
     cells = ROOT / "bench" / "results" / "gpu_smoke" / "cells"
     errors = {cell: read_record(cells / cell / "h200" / "local").error
-              for cell in ("act", "diffusion", "gaussian_actor")}
+              for cell in ("act", "diffusion", "gaussian_actor", "tdmpc_mpc")}
     assert catalog.match(errors["diffusion"]) == ["conv_no_choice"]
     assert catalog.match(errors["act"]) == ["split_copy"]
     assert catalog.match(errors["gaussian_actor"]) == ["detach_copy"]
+    assert catalog.match(errors["tdmpc_mpc"]) == ["data_dependent"]
     assert catalog.match("RuntimeError: Method forward missing fallback kernels (2 total):\n  - aten::detach_copy\n"
                          "  - aten::split_copy.Tensor") == ["detach_copy", "split_copy"]
     assert catalog.match(SEED_MESSAGES["2"].replace("gemm", "conv")) == ["conv_no_choice"]
