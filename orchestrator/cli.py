@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -12,7 +11,6 @@ from rich.markup import escape
 
 from .config import ConfigError, compose_config
 from .fingerprint_cache import remember
-from .launchers import SweepTerminated
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,10 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"export-matrix: error: {exc}", file=sys.stderr)
         return 2
-    except SweepTerminated as exc:  # its cells are cancelled and recorded; the shell's code for SIGTERM
-        print(f"export-matrix: error: the sweep was terminated ({exc}); its running cells were cancelled",
-              file=sys.stderr)
-        return 128 + signal.SIGTERM
     except OSError as exc:  # disk full, a folder that vanished: one line, the records settle later (owner.py)
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"export-matrix: error: {where}{exc.strerror or exc}; unfinished cells are settled by the next "

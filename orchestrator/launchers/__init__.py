@@ -17,11 +17,6 @@ if TYPE_CHECKING:
     from ..record import Record
     from ..spec import CellSpec
 
-class SweepTerminated(KeyboardInterrupt):
-    """SIGTERM to a local sweep (`timeout`, a CI runner, the end of an interactive allocation): it stops as on
-    Ctrl-C, so its jobs are cancelled and recorded instead of running on as orphans with `running` records."""
-
-
 # name -> (module, class): imported when chosen, so `cells` or `status` never load a launcher they do not use
 LAUNCHERS = {"local": (".local", "LocalLauncher"), "slurm": (".slurm.commands", "SlurmLauncher")}
 

@@ -7,8 +7,6 @@ own record (killed, lost, cancelled before it started) gets one from what submit
 from __future__ import annotations
 
 import os
-import signal
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -26,7 +24,6 @@ from ..job import now, run_cell
 from ..logparse import tail
 from ..record import UNFINISHED, UNREADABLE, Record, Status, read_record, write_record
 from ..spec import CellSpec
-from . import SweepTerminated
 from .common import gpus_requested, job_timeout_min, prepare
 
 
@@ -94,10 +91,6 @@ class LocalLauncher:
         return exit_code(records)
 
 
-def _terminated(signum: int, _frame: Any) -> None:
-    raise SweepTerminated(signal.Signals(signum).name)
-
-
 def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: float,
                 console: Console | None = None) -> list[Record]:
     """Run the cells through submitit's local executor, at most `parallel` at once, in matrix order."""
@@ -108,8 +101,6 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
     running: dict[str, tuple[CellSpec, submitit.Job]] = {}
     results: list[Record] = []
     counts: Counter[str] = Counter()
-    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
-    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     with console_progress(console) as progress:
         task = progress.add_task("sweep", total=len(specs), counts="")
         try:
@@ -131,10 +122,7 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
                 if running:
                     time.sleep(poll_s)
         except (KeyboardInterrupt, OSError) as exc:
-            if isinstance(exc, SweepTerminated):
-                why = f"terminated ({exc})"
-            else:
-                why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped ({exc.strerror or exc})"
+            why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped ({exc.strerror or exc})"
             progress.console.print(f"[yellow]{escape(f'the sweep was {why}: cancelling the running cells')}[/]")
             for _, job in running.values():
                 job.cancel(check=False)
@@ -144,9 +132,6 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
             for spec in queue:
                 _settle_quietly(results, spec, None, f"the sweep was {why} before this cell started")
             raise
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
     return results
 
 
