@@ -10,24 +10,25 @@ writes nothing and exits 1 when FILE or DIR's tables are out of date with the re
 from __future__ import annotations
 
 import sys
-import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..atomic import write_bytes_atomic
 from ..config import Composed, ConfigError, axis_list, compose_config, selected, to_plain
 from ..config_cache import kept
+from . import assemble, slice_store
 from . import changes as changes_md
-from . import render_html, render_md
 from .catalog import Catalog, load_catalog
-from .index import INDEX_DIR, load_indexed
+from .index import INDEX_DIR, Indexed, frames, update_index
 from .records import REPRO_EXPORTER
-from .row_memo import MEMO_FILE, RowMemo, row_keys
-from .rules import build_matrix, cells_table, classify_cells, repro_table
+from .rules import MATRIX_COLUMNS, repro_table
 from .settings import DEFAULTS, Settings
+from .slices import MATRIX_HEADER, Slice, compute, listed_policies
 from .splice import splice_file
 
 OUTPUTS = ("cells.csv", "matrix.csv", "repros.csv", "matrix.md", "report.html")
@@ -36,10 +37,12 @@ CHANGES = "changes.md"
 
 @dataclass
 class Collected:
-    cells: pd.DataFrame  # classified, one row per cell
-    matrix: pd.DataFrame  # one row per policy x gpu
+    slices: dict[str, Slice]  # one per policy of the matrix
+    matrix: pd.DataFrame  # the matrix rows of the policies computed (all of them, unless slices were kept)
     outputs: dict[str, str]  # file name under DIR -> its text
-    timings: dict[str, float] = field(default_factory=dict)
+    records: int  # the cells collected, standalone repros included
+    computed: set[str] | None = None  # the policies computed (None: all); the others' slices were kept
+    previous: pd.DataFrame | None = None  # the kept matrix rows of the computed policies (changes.md)
 
 
 def settings_from(composed: Composed, overrides: list[str]) -> Settings:
@@ -97,10 +100,9 @@ def _add_axes(settings: Settings, labels: dict[str, str], fixes: dict[str, list[
 
 
 def _complete_axes(settings: Settings, plain: dict[str, Any], overrides: list[str], config_dir: Path | None,
-                   cells: pd.DataFrame) -> None:
+                   recorded_gpus: list[str], recorded_builds: list[str]) -> None:
     """Labels and fixes of recorded GPUs and builds that the selected matrix does not name, where the config
     still knows them (otherwise the GPU's name is its header and the record's own fixes count)."""
-    recorded_gpus, recorded_builds = (sorted(cells[axis].unique().tolist()) for axis in ("gpu", "torch"))
     gpus = [g for g in recorded_gpus if g not in settings.gpus and g in plain["options"]["gpu"]]
     builds = [b for b in recorded_builds if b not in settings.builds and b in plain["options"]["torch"]]
     if not gpus and not builds:
@@ -118,41 +120,35 @@ def _complete_axes(settings: Settings, plain: dict[str, Any], overrides: list[st
     _add_axes(settings, labels, fixes)
 
 
-def collect(out_dir: Path, settings: Settings) -> Collected:
-    """Everything a collect writes, computed in memory from the records under out_dir."""
-    timings = {}
-    start = time.perf_counter()
-    cells, history = load_indexed(out_dir, settings.read_threads)
-    timings["read"] = time.perf_counter() - start
-    return tables(cells, history, settings, timings)
-
-
-def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
-           timings: dict[str, float] | None = None, memo: RowMemo | None = None) -> Collected:
-    """The outputs; `memo` holds the CSV rows of an earlier collect, so only changed rows are rendered again."""
-    timings = timings if timings is not None else {}
-    memo = memo if memo is not None else RowMemo()
-    start = time.perf_counter()
+def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) -> Collected:
+    """Every output from these cells (in id order), computed from scratch."""
     is_repro = cells["repro_row"].notna()
+    ordinary = cells[~is_repro]
+    slices, matrix = compute(ordinary, history, settings, listed_policies(ordinary["policy"].value_counts().to_dict()))
     repros = repro_table(cells[is_repro], settings)
-    classified = classify_cells(cells[~is_repro].reset_index(drop=True), history, settings)
-    matrix = build_matrix(classified, settings)
-    timings["tables"] = time.perf_counter() - start
-    start = time.perf_counter()
-    matrix_keys = row_keys(matrix)
-    table = cells_table(classified, settings)
-    table_keys = row_keys(table)
-    summary = render_md.summarize(matrix, classified, settings, repros, matrix_keys, memo,
-                                  pd.DataFrame({"policy": table["policy"], "key": table_keys}))
-    outputs = {
-        "cells.csv": memo.to_csv("cells.csv", table, table_keys),
-        "matrix.csv": memo.to_csv("matrix.csv", matrix, matrix_keys),
-        "repros.csv": memo.to_csv("repros.csv", repros),
-        "matrix.md": render_md.render(matrix, classified, settings, summary, memo),
-        "report.html": render_html.render(matrix, classified, settings, summary, memo),
-    }
-    timings["render"] = time.perf_counter() - start
-    return Collected(cells=classified, matrix=matrix, outputs=outputs, timings=timings)
+    return Collected(slices, matrix, assemble.outputs(slices, repros, settings), len(cells))
+
+
+def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -> Collected:
+    """The outputs computing again only the slices of the policies whose records changed since `kept`."""
+    table = indexed.table
+    ordinary = pc.is_null(table.column("repro_row"))
+    counts = pc.value_counts(table.filter(ordinary).column("policy")).to_pylist()
+    listed = listed_policies({item["values"]: item["counts"] for item in counts})
+    need = {cell.split("/", 1)[0] for cell in indexed.changed or ()}
+    need |= {p for p in listed if p not in kept or kept[p].rows is None}
+    need |= {p for p, _ in settings.expected if p not in kept}
+    fresh, matrix = {}, pd.DataFrame(columns=MATRIX_COLUMNS)
+    if need:
+        wanted = pa.array(sorted(need), type=table.schema.field("policy").type)
+        cells, history = frames(table.filter(pc.and_(ordinary, pc.is_in(table.column("policy"), value_set=wanted))))
+        fresh, matrix = compute(cells, history, replace(settings, expected=[e for e in settings.expected
+                                                                            if e[0] in need]), listed & need)
+    slices = {p: piece for p, piece in kept.items() if p not in need} | fresh
+    repro_cells, _ = frames(table.filter(pc.invert(ordinary)))
+    previous = changes_md.read_matrix_csv(MATRIX_HEADER + "".join(kept[p].matrix_csv for p in need if p in kept))
+    return Collected(slices, matrix, assemble.outputs(slices, repro_table(repro_cells, settings), settings),
+                     sum(piece.records for piece in slices.values()) + len(repro_cells), need, previous)
 
 
 def _stale(path: Path, expected: str | bytes) -> bool:
@@ -176,39 +172,49 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     out_dir = settings.out_dir
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")
-    cells, history = load_indexed(out_dir, settings.read_threads, update=not check)
-    if plain["selection"]:  # policy=, gpu=, torch= narrow the table to those cells
+    indexed = update_index(out_dir, settings.read_threads, update=not check)
+    root, matrix_csv = out_dir / INDEX_DIR, out_dir / "matrix.csv"
+    if plain["selection"]:  # policy=, gpu=, torch= narrow the table to those cells (computed from scratch)
         def selects(cell_id: str) -> bool:
             return selected(cell_id, plain["selection"])
 
+        cells, history = frames(indexed.table)
         cells = cells[cells["id"].map(selects).astype(bool)].reset_index(drop=True)
         if len(history):
             history = history[history["id"].map(selects).astype(bool)].reset_index(drop=True)
-    _complete_axes(settings, plain, overrides, config_dir, cells)
-    memo = RowMemo(out_dir / INDEX_DIR / MEMO_FILE)
-    done = tables(cells, history, settings, memo=memo)
+        _complete_axes(settings, plain, overrides, config_dir,
+                       *(sorted(cells[axis].unique().tolist()) for axis in ("gpu", "torch")))
+        done = tables(cells, history, settings)
+    else:
+        _complete_axes(settings, plain, overrides, config_dir,
+                       *(sorted(pc.unique(indexed.table.column(axis)).to_pylist()) for axis in ("gpu", "torch")))
+        key = slice_store.digest(settings, None)
+        kept = None if indexed.changed is None else slice_store.load(root, key, matrix_csv)
+        done = _kept_tables(indexed, settings, kept) if kept is not None else tables(*frames(indexed.table), settings)
     spliced = splice_file(into, done.outputs["matrix.md"]) if into is not None else None  # fails before writing
     if check:
         stale = [name for name, text in done.outputs.items() if _stale(out_dir / name, text)]
         if spliced is not None and spliced[0] != spliced[1]:
             stale.append(str(into))
         if stale:
-            print(f"export-matrix: out of date with the {len(cells)} records under {out_dir}/cells: "
+            print(f"export-matrix: out of date with the {done.records} records under {out_dir}/cells: "
                   f"{', '.join(stale)} (run collect without --check)", file=sys.stderr)
             return 1
-        print(f"up to date: {len(cells)} records, {', '.join(OUTPUTS)}" + (f", {into}" if into else ""),
+        print(f"up to date: {done.records} records, {', '.join(OUTPUTS)}" + (f", {into}" if into else ""),
               file=sys.stderr)
         return 0
-    lines = changes_md.changes(changes_md.read_previous(out_dir / "matrix.csv"), done.matrix, settings)
+    previous = done.previous if done.computed is not None else changes_md.read_previous(matrix_csv)
+    lines = changes_md.changes(previous, done.matrix, settings)
     for name, text in done.outputs.items():
         write_bytes_atomic(out_dir / name, text)
     write_bytes_atomic(out_dir / CHANGES, changes_md.render(lines))
     if spliced is not None and spliced[0] != spliced[1]:
         write_bytes_atomic(into, spliced[1])
-    memo.save()
+    if not plain["selection"]:
+        slice_store.save(root, done.slices, key, matrix_csv)
     print(changes_md.render(lines), end="")
-    counts = done.matrix["symbol"].value_counts()
-    print(f"collected {len(cells)} records into {len(done.matrix)} policy × GPU cells "
+    counts = pd.Series([s for piece in done.slices.values() for s in piece.symbols]).value_counts()
+    print(f"collected {done.records} records into {int(counts.sum())} policy × GPU cells "
           f"({', '.join(f'{counts[s]} {s}' for s in ('✅', '🟡', '❌', '⏳', '—') if s in counts)}): "
           f"{', '.join(str(out_dir / n) for n in (*OUTPUTS, CHANGES))}" + (f", {into}" if into else ""),
           file=sys.stderr)

@@ -24,12 +24,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..record import RECORD_NAME, dirs
 from .arrow_files import read_table, write_table
@@ -151,9 +153,20 @@ def _stat_all(paths: list[str], workers: int) -> list[tuple[int, int, int] | Non
             for identity in chunk]
 
 
+@dataclass
+class Indexed:
+    table: pa.Table  # every record's row (COLUMNS, identity, history), in id order
+    changed: set[str] | None  # cells read again or gone since the index was written (None: no index before)
+
+
 def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cells, history) as records.load_records gives them, reading only the records that changed; `update`
     False leaves the index as it is (`collect --check` writes nothing)."""
+    return frames(update_index(out_dir, workers, update).table)
+
+
+def update_index(out_dir: Path, workers: int = 1, update: bool = True) -> Indexed:
+    """Every record's row, reading only the records that changed, and which cells changed."""
     index = Index(out_dir)
     previous, known_dirs = index.read()
     started = _fs_clock(index.root) if update else None
@@ -195,6 +208,8 @@ def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[
     merged = _splice(source, order).combine_chunks()  # one chunk per column: pandas' Arrow strings are
     # slow over the thousands of runs a merge splices (tables took 0.9 s instead of 0.5 at 100,000 records)
     gone = previous is not None and len(kept) != len(row_of)  # cells the index knew that have no record now
+    changed_cells = None if previous is None else {ids[i] for i in changed} | (set(row_of) - set(ids) if gone
+                                                                                  else set())
     if update and (fresh or previous is None or gone or stamps != known_dirs):
         from_delta = order[order >= index.base_rows] if previous is not None else order
         if previous is None or len(from_delta) > DELTA_SHARE * len(order):
@@ -203,7 +218,15 @@ def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[
             tail = source.slice(index.base_rows)  # the old delta and the rows just read: few, so take copies little
             delta = tail.take(pa.array(from_delta - index.base_rows))
             index.write(merged, delta, stamps if stamps != known_dirs else None)
-    frame = merged.to_pandas()
+    return Indexed(merged, changed_cells)
+
+
+def frames(table: pa.Table, policies: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cells, history) of the index's rows (of these policies' cells only, if given)."""
+    if policies is not None:
+        wanted = pa.array(sorted(policies), type=table.schema.field("policy").type)
+        table = table.filter(pc.is_in(table.column("policy"), value_set=wanted))
+    frame = table.to_pandas()
     frame["reproduced"] = frame["reproduced"].astype(object)  # True, False or None, as a full read has it
     past_rows = [tuple(r) for text in frame["history"].dropna() for r in json.loads(text)]
     cells = frame[list(COLUMNS)]

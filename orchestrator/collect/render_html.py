@@ -10,19 +10,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from .render_md import (
-    LEGEND,
-    MAX_CELLS_LISTED,
-    REPROS_HEAD,
-    Summary,
-    cell_text,
-    columns,
-    grid_texts,
-    num,
-    repro_cells,
-    summarize,
-)
-from .row_memo import RowMemo
+from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, cell_text, num, repro_cells
 from .settings import Settings
 
 MAX_CELL_ROWS = 2000  # the per-cell table; a larger sweep lists only its first cells (cells.csv has them all)
@@ -37,12 +25,6 @@ a { color: inherit; } code { font-size: 90%; } .err { max-width: 60em; overflow-
 """
 
 
-def _newest(cells: pd.DataFrame) -> str:
-    """The run's date: when its newest record ended (from the records, so the same records give the same page)."""
-    ended = [t for t in cells["ended_at"].dropna().astype(str).tolist() if t] if "ended_at" in cells else []
-    return f"; the newest ended {escape(max(ended))}" if ended else ""
-
-
 def _str(value: object) -> str:
     """"" for None and NaN (pandas' missing), else the text."""
     return "" if value is None or (isinstance(value, float) and value != value) else str(value)
@@ -55,30 +37,28 @@ def _link(path: object, text: str, title: object = None) -> str:
     return f'<a href="{escape(quote(path))}"{tip}>{escape(text)}</a>'
 
 
-def _grid_cell(row: dict) -> str:
+def grid_cell(row: dict) -> str:
     title = f"{row['cell']}: {row['error']}" if isinstance(row["error"], str) else row["cell"]
     return f'<td class="{escape(row["status"])}">{_link(row["log"], cell_text(row), title)}</td>'
 
 
-def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summary: Summary | None = None,
-           memo: RowMemo | None = None) -> str:
-    summary = summary or summarize(matrix, cells, settings)
-    grid = grid_texts(matrix, summary, memo, "report.html cell", _grid_cell)
+def render(summary: Summary, settings: Settings) -> str:
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            "<title>export matrix</title>", f"<style>{CSS}</style></head><body>",
-           f"<h1>Export matrix</h1><p>{len(cells)} records{_newest(cells)}.</p>", "<table><tr><th>policy</th>"]
+           f"<h1>Export matrix</h1><p>{summary.records} records"
+           + (f"; the newest ended {escape(summary.newest)}" if summary.newest else "") + ".</p>",
+           "<table><tr><th>policy</th>"]
     out += [f"<th>{escape(settings.gpu_label(g))}</th>" for g in summary.gpus]
     out.append("</tr>")
     for policy in summary.policies:
         out.append(f"<tr><th>{escape(policy)}</th>")
-        out += [grid.get((policy, gpu), "<td></td>") for gpu in summary.gpus]
+        out += [summary.html.get((policy, gpu), "<td></td>") for gpu in summary.gpus]
         out.append("</tr>")
     out += ["</table>", f"<p>{escape(LEGEND.format(at_limit=settings.at_limit))}</p>"]
     if summary.new_failures:
         out.append("<h2>New failures</h2><p>No entry of the failure catalog matches them.</p><ul>")
-        logs = dict(zip(*columns(cells, "id", "log"), strict=True))
         for error, ids in summary.new_failures:
-            links = ", ".join(_link(logs.get(i), i) for i in ids[:MAX_CELLS_LISTED])
+            links = ", ".join(_link(summary.logs.get(i), i) for i in ids[:MAX_CELLS_LISTED])
             more = f" and {len(ids) - MAX_CELLS_LISTED} more" if len(ids) > MAX_CELLS_LISTED else ""
             out.append(f'<li><code class="err">{escape(error)}</code> ({links}{more})</li>')
         out.append("</ul>")
@@ -105,7 +85,7 @@ def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summar
         out.append("<h2>GPUs</h2><ul>")
         out += [f"<li><b>{escape(settings.gpu_label(g))}</b>: {escape(t)}</li>" for g, t in summary.gpu_versions]
         out.append("</ul>")
-    out.append(_cells_table(cells))
+    out.append(_cells_table(summary))
     out.append(SCRIPT)
     out.append("</body></html>")
     return "\n".join(out) + "\n"
@@ -115,13 +95,14 @@ CELL_COLUMNS = ("cell", "status", "step", "failures", "difference / tolerance", 
                 "peak GPU MiB", "check", "attempt", "error")
 
 
-def _cells_table(cells: pd.DataFrame) -> str:
+def _cells_table(summary: Summary) -> str:
     """Every cell with its detail, sortable by any column and filtered by status or failure row (inline script)."""
-    shown = cells.head(MAX_CELL_ROWS)
-    statuses = sorted(set(shown["status"]))
-    failures = sorted({f for text in shown["failures"].fillna("") for f in str(text).split()}, key=_failure_order)
-    out = [f"<h2>Cells</h2><p>{len(cells)} cells"
-           + (f", the first {MAX_CELL_ROWS} shown (cells.csv has them all)" if len(cells) > MAX_CELL_ROWS else "")
+    rows = summary.cell_rows[:MAX_CELL_ROWS]
+    statuses = sorted({status for _, status, _ in rows})
+    failures = sorted({f for _, _, text in rows for f in text.split()}, key=_failure_order)
+    out = [f"<h2>Cells</h2><p>{summary.records} cells"
+           + (f", the first {MAX_CELL_ROWS} shown (cells.csv has them all)" if summary.records > MAX_CELL_ROWS
+              else "")
            + ". Click a column to sort by it.</p>",
            '<p><label>status <select id="status-filter"><option value="">all</option>'
            + "".join(f'<option value="{escape(s)}">{escape(s)}</option>' for s in statuses)
@@ -130,7 +111,15 @@ def _cells_table(cells: pd.DataFrame) -> str:
            + "</select></label></p>",
            '<table id="cells" class="sortable"><thead><tr>'
            + "".join(f"<th>{escape(c)}</th>" for c in CELL_COLUMNS) + "</tr></thead><tbody>"]
-    for row in shown.itertuples(index=False):
+    out += [html for html, _, _ in rows]
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def cell_rows(cells: pd.DataFrame) -> list[str]:
+    """Each cell's row of the cells table."""
+    out = []
+    for row in cells.itertuples(index=False):
         diff = f"{num(row.max_diff)} / {num(row.tolerance)}" if num(row.max_diff) else ""
         out.append(f'<tr data-status="{escape(row.status)}" data-failures="{escape(_str(row.failures))}">'
                    f"<td>{_link(row.log, row.id)}</td><td>{escape(row.status)}</td>"
@@ -139,8 +128,7 @@ def _cells_table(cells: pd.DataFrame) -> str:
                    f"<td>{escape(num(row.exported_ms))}</td><td>{escape(num(row.peak_gpu_mib))}</td>"
                    f"<td>{escape(_str(row.check))}</td><td>{escape(_str(row.attempt))}</td>"
                    f'<td class="err">{escape(_str(row.error))}</td></tr>')
-    out.append("</tbody></table>")
-    return "\n".join(out)
+    return out
 
 
 def _failure_order(failure_id: str) -> tuple[int, str]:

@@ -11,14 +11,12 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pandas as pd
 
-from .catalog import NEW, flag_column
-from .failure_summary import Part, columns, failure_rows, order, policy_line, policy_parts
-from .row_memo import RowMemo, policy_keys, row_keys, scope
+from .failure_summary import columns, order
 from .settings import Settings
 
 LEGEND = ("✅ passes on stock torch · 🟡 passes only with a patched build (its fixes named) · ❌ fails on every "
@@ -86,54 +84,22 @@ def cell_text(row: dict) -> str:
 
 @dataclass
 class Summary:
-    """What both renderings show under the matrix, computed once."""
+    """Everything both renderings show, put together from the policies' slices (assemble.py)."""
 
-    policies: list[str]
-    gpus: list[str]
-    pairs: list[tuple[str, str]]  # (policy, gpu) of each matrix row
-    keys: list[int]  # each matrix row's key in the row memo
+    policies: list[str]  # table order
+    gpus: list[str]  # the recorded ones, in table order
+    md: dict[tuple[str, str], str]  # (policy, gpu) -> its matrix.md cell
+    html: dict[tuple[str, str], str]  # (policy, gpu) -> its report.html cell
+    records: int  # policy export cells
+    newest: str  # the latest ended_at of their records
     new_failures: list[tuple[str, list[str]]]  # (first error line, cell ids)
+    logs: dict[str, str | None]  # cell id -> its log, for the cells of new failures
     failure_rows: list[tuple[str, str, str, str, str]]  # (#, failure, policies, repro, fixed by)
     policy_line: str
     builds: list[tuple[str, str, list[tuple[str, int]]]]  # (build, fixes text, [(versions text, cells)])
     gpu_versions: list[tuple[str, str]]
     repros: list[dict]  # repros.csv's rows: the standalone repros and whether each still reproduces
-
-
-def summarize(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, repros: pd.DataFrame | None = None,
-              keys: list[int] | None = None, memo: RowMemo | None = None,
-              cell_keys: pd.DataFrame | None = None) -> Summary:
-    policy_column, gpu_column = columns(matrix, "policy", "gpu")
-    policies = list(dict.fromkeys(policy_column))
-    recorded_gpus = set(gpu_column)
-    gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(recorded_gpus)]) if g in recorded_gpus]
-    keys = row_keys(matrix) if keys is None else keys
-    parts = _policy_parts(matrix, cells, settings, policies, memo, keys, cell_keys)
-    return Summary(policies=policies, gpus=gpus, pairs=list(zip(policy_column, gpu_column, strict=True)),
-                   keys=keys, new_failures=new_failures(cells), failure_rows=failure_rows(parts, settings),
-                   policy_line=policy_line(parts), builds=build_versions(cells, settings),
-                   gpu_versions=gpu_versions(cells, settings),
-                   repros=[] if repros is None else repros.to_dict("records"))
-
-
-def _policy_parts(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, policies: list[str],
-                  memo: RowMemo | None, matrix_keys: list[int], cell_keys: pd.DataFrame | None) -> dict[str, Part]:
-    """Each recorded policy's part of the failure summary, in table order, computed only for the policies whose
-    rows the memo has not seen. cell_keys: the cells' policy and key (of their cells.csv row, which holds
-    everything a part reads of a cell); without it, every part is computed."""
-    if memo is None or cell_keys is None:
-        return policy_parts(matrix, cells, settings)
-    keys = policy_keys(matrix["policy"], matrix_keys, cell_keys["policy"], cell_keys["key"].tolist(), policies)
-
-    def compute(missing: list[int]) -> list[str]:
-        wanted = {policies[i] for i in missing}
-        parts = policy_parts(matrix[matrix["policy"].isin(wanted)], cells[cells["policy"].isin(wanted)], settings)
-        return [json.dumps(parts.get(policies[i])) for i in missing]
-
-    where = scope("policy part", settings.gpus, sorted(settings.gpu_labels.items()),
-                  [(e.id, e.signal) for e in settings.catalog.entries])
-    texts = memo.texts(where, keys, compute)
-    return {policy: part for policy, part in zip(policies, map(json.loads, texts), strict=True) if part is not None}
+    cell_rows: list[list[str]]  # [html, status, failures] of the first cells in id order (report.html)
 
 
 def row_dicts(frame: pd.DataFrame) -> Iterator[dict]:
@@ -142,29 +108,12 @@ def row_dicts(frame: pd.DataFrame) -> Iterator[dict]:
     return (dict(zip(names, values, strict=True)) for values in zip(*columns(frame, *names), strict=True))
 
 
-def grid_texts(matrix: pd.DataFrame, summary: Summary, memo: RowMemo | None, name: str,
-               render_row: Callable[[dict], str]) -> dict[tuple[str, str], str]:
-    """Each policy x gpu's text in the matrix (render_row of its row), rendering only rows the memo lacks."""
-    texts = (memo or RowMemo()).texts(scope(name), summary.keys,
-                                      lambda missing: [render_row(row) for row in row_dicts(matrix.take(missing))])
-    return dict(zip(summary.pairs, texts, strict=True))
-
-
-def new_failures(cells: pd.DataFrame) -> list[tuple[str, list[str]]]:
-    new = cells.loc[cells[flag_column(NEW)], ["new_error", "id"]]
-    if new.empty:
-        return []
-    grouped = new.groupby("new_error", sort=False)["id"].agg(list)
-    return [(str(error), ids) for error, ids in grouped.items()]
-
-
-def build_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, str, list[tuple[str, int]]]]:
-    """Each torch build, its fixes, and the distinct versions its records carry (with how many cells)."""
-    if cells.empty:
-        return []
-    counts = cells.groupby(["torch", "versions"], sort=False).size()
+def build_versions(counts: list[tuple[str, str, int]], fixes: dict[str, str],
+                   settings: Settings) -> list[tuple[str, str, list[tuple[str, int]]]]:
+    """Each torch build, its fixes, and the distinct versions its records carry (with how many cells), from
+    (build, versions, cells) first seen first and each build's fixes."""
     out: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for (build, versions), count in counts.items():
+    for build, versions, count in counts:
         data = json.loads(versions) if versions else {}
         shown = [f"{k} {data[k]}" for k in ("torch", "executorch", "lerobot", "transformers", "python")
                  if data.get(k)]
@@ -172,7 +121,6 @@ def build_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, s
                   if k not in {"torch", "executorch", "lerobot", "transformers", "python"}
                   and not k.startswith("gpu_") and v]
         out[build].append((", ".join(shown) or "no versions recorded", int(count)))
-    fixes = dict(zip(*columns(cells, "torch", "fixes"), strict=True))
     result = []
     for build in sorted(out, key=order(settings.builds)):
         fix_text = ", ".join(fixes[build].split())
@@ -181,33 +129,27 @@ def build_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, s
     return result
 
 
-def gpu_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, str]]:
-    """What NVML reported for each GPU column: name, capability, driver."""
-    if cells.empty:
-        return []
-    result = []
-    for gpu, group in cells.groupby("gpu", sort=False)["versions"]:
-        seen = []
-        for versions in group.unique():
-            data = json.loads(versions) if versions else {}
-            text = ", ".join(str(data[k]) if k != "gpu_driver" else f"driver {data[k]}"
-                             for k in ("gpu_name", "gpu_capability", "gpu_driver") if data.get(k))
-            if text and text not in seen:
-                seen.append(text)
-        if seen:
-            result.append((gpu, "; ".join(seen)))
+def gpu_versions(pairs: list[tuple[str, str]], settings: Settings) -> list[tuple[str, str]]:
+    """What NVML reported for each GPU column (name, capability, driver), from its distinct (gpu, versions)."""
+    seen: dict[str, list[str]] = {}
+    for gpu, versions in pairs:
+        data = json.loads(versions) if versions else {}
+        text = ", ".join(str(data[k]) if k != "gpu_driver" else f"driver {data[k]}"
+                         for k in ("gpu_name", "gpu_capability", "gpu_driver") if data.get(k))
+        texts = seen.setdefault(gpu, [])
+        if text and text not in texts:
+            texts.append(text)
+    result = [(gpu, "; ".join(texts)) for gpu, texts in seen.items() if texts]
     return sorted(result, key=lambda item: order(settings.gpus)(item[0]))
 
 
-def render(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings, summary: Summary | None = None,
-           memo: RowMemo | None = None) -> str:
-    summary = summary or summarize(matrix, cells, settings)
-    grid = grid_texts(matrix, summary, memo, "matrix.md cell", lambda row: md_text(cell_text(row)))
-    lines = [f"<!-- export-matrix collect: {len(cells)} records; rebuilt from them, edits here are overwritten -->"]
+def render(summary: Summary, settings: Settings) -> str:
+    lines = [f"<!-- export-matrix collect: {summary.records} records; rebuilt from them, edits here are overwritten"
+             " -->"]
     lines.append("| policy | " + " | ".join(md_text(settings.gpu_label(g)) for g in summary.gpus) + " |")
     lines.append("| --- |" + " --- |" * len(summary.gpus))
     for policy in summary.policies:
-        texts = [grid.get((policy, g), "") for g in summary.gpus]
+        texts = [summary.md.get((policy, g), "") for g in summary.gpus]
         lines.append(f"| {md_text(policy)} | " + " | ".join(texts) + " |")
     lines += ["", LEGEND.format(at_limit=settings.at_limit)]
     if summary.new_failures:

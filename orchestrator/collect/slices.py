@@ -1,0 +1,144 @@
+"""One slice per policy: everything the outputs take from that policy's records, so that a collect after a rerun
+computes again only the policies whose records changed.
+
+A policy's cells.csv and matrix.csv rows, its matrix cells in Markdown and HTML, its part of the failure summary,
+its new failures, the versions its records carry and its rows of report.html's cells table depend on that
+policy's records and the settings only. `compute` classifies and renders the cells of any set of policies and
+cuts the result into slices; `assemble` (assemble.py) puts the outputs together from all slices. A collect from
+scratch computes every slice at once; the next one keeps the slices (slice_store.py) of the policies whose
+records did not change (tests/test_slices.py: the same bytes either way).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from . import render_html
+from .catalog import NEW, flag_column
+from .failure_summary import Part, columns, policy_parts
+from .render_md import cell_text, md_text, row_dicts
+from .rules import CELL_COLUMNS, MATRIX_COLUMNS, build_matrix, cells_table, classify_cells
+from .settings import Settings
+
+MAX_CELL_ROWS = render_html.MAX_CELL_ROWS
+ROW_END = "\x1e\n"  # ends each row of a frame written at once: no cell text holds \x1e (else row by row)
+
+
+def csv_header(names: list[str]) -> str:
+    return pd.DataFrame(columns=names).to_csv(index=False, lineterminator="\n")
+
+
+CELLS_HEADER = csv_header(CELL_COLUMNS)
+MATRIX_HEADER = csv_header(MATRIX_COLUMNS)
+
+
+@dataclass
+class Slice:
+    """What the outputs take from one policy (a policy the matrix expects without records has matrix rows only)."""
+
+    cells_csv: str = ""  # its cells.csv rows, in table order
+    matrix_csv: str = ""  # its matrix.csv rows, in table order
+    md: dict[str, str] = field(default_factory=dict)  # GPU -> its matrix.md cell
+    html: dict[str, str] = field(default_factory=dict)  # GPU -> its report.html cell
+    symbols: list[str] = field(default_factory=list)  # of its matrix rows
+    part: Part | None = None  # its part of the failure summary (failure_summary.py); None without a record
+    new: list[list[str]] = field(default_factory=list)  # [first error line, cell id, log] of each new failure
+    builds: list[list[Any]] = field(default_factory=list)  # [torch, versions, cells], first seen first
+    fixes: dict[str, str] = field(default_factory=dict)  # torch build -> its fixes (the last cell's)
+    gpu_versions: list[list[str]] = field(default_factory=list)  # [gpu, versions], each pair once, first seen first
+    records: int = 0
+    newest: str = ""  # the latest ended_at of its records
+    rows: list[list[str]] | None = None  # [html, status, failures] of report.html's cells table, when computed
+
+
+SMALL = (  # the fields slice_store.py keeps as JSON
+    "md", "html", "symbols", "part", "new", "builds", "fixes", "gpu_versions", "records", "newest", "rows")
+
+
+def csv_rows(frame: pd.DataFrame) -> list[str]:
+    """Each row's text in frame.to_csv(index=False, header=False, lineterminator="\\n"): the frame is written once
+    and cut at the row ends (pandas formats each value on its own, so a row's text does not depend on the others)."""
+    if not len(frame):
+        return []
+    text = frame.to_csv(index=False, header=False, lineterminator=ROW_END)
+    rows = text.split(ROW_END)
+    if len(rows) == len(frame) + 1 and ROW_END[0] not in text.replace(ROW_END, ""):
+        return [row + "\n" for row in rows[:-1]]
+    return [frame.iloc[[i]].to_csv(index=False, header=False, lineterminator="\n") for i in range(len(frame))]
+
+
+def compute(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
+            listed: set[str]) -> tuple[dict[str, Slice], pd.DataFrame]:
+    """The slices of the policies of `cells` (policy export cells, in id order) and of the matrix's expected
+    pairs, with report.html's cells-table rows for the `listed` policies; and their matrix rows."""
+    classified = classify_cells(cells.reset_index(drop=True), history, settings)
+    matrix = build_matrix(classified, settings)
+    table = cells_table(classified, settings)
+    slices: dict[str, Slice] = {policy: Slice() for policy in dict.fromkeys(matrix["policy"].tolist())}
+
+    texts: dict[str, list[str]] = defaultdict(list)
+    for policy, text in zip(table["policy"].tolist(), csv_rows(table), strict=True):
+        texts[policy].append(text)
+    for policy, rows in texts.items():
+        slices[policy].cells_csv = "".join(rows)
+    texts.clear()
+    for policy, text in zip(matrix["policy"].tolist(), csv_rows(matrix), strict=True):
+        texts[policy].append(text)
+    for policy, rows in texts.items():
+        slices[policy].matrix_csv = "".join(rows)
+    for row in row_dicts(matrix):
+        piece = slices[row["policy"]]
+        piece.md[row["gpu"]] = md_text(cell_text(row))
+        piece.html[row["gpu"]] = render_html.grid_cell(row)
+        piece.symbols.append(row["symbol"])
+    for policy, part in policy_parts(matrix, classified, settings).items():
+        slices[policy].part = part
+    if not len(classified):
+        return slices, matrix
+
+    new = classified[classified[flag_column(NEW)]]
+    for policy, error, cell, log in zip(*columns(new, "policy", "new_error", "id", "log"), strict=True):
+        slices[policy].new.append([str(error), cell, log])
+    counts = classified.groupby(["policy", "torch", "versions"], sort=False).size()
+    for (policy, build, versions), count in counts.items():
+        slices[policy].builds.append([build, versions, int(count)])
+    for policy, build, fixes in zip(*columns(classified, "policy", "torch", "fixes"), strict=True):
+        slices[policy].fixes[build] = fixes
+    for policy, gpu, versions in zip(*columns(classified[["policy", "gpu", "versions"]].drop_duplicates(),
+                                              "policy", "gpu", "versions"), strict=True):
+        slices[policy].gpu_versions.append([gpu, versions])
+    for policy, number in classified["policy"].value_counts(sort=False).items():
+        slices[policy].records = int(number)
+    ended = classified["ended_at"].where(classified["ended_at"].fillna("").astype(str) != "")
+    for policy, newest in ended.groupby(classified["policy"]).max().dropna().items():
+        slices[policy].newest = str(newest)
+    shown = classified[classified["policy"].isin(listed)]
+    for policy, html, status, failures in zip(shown["policy"].tolist(), render_html.cell_rows(shown),
+                                              *columns(shown, "status", "failures"), strict=True):
+        piece = slices[policy]
+        piece.rows = piece.rows if piece.rows is not None else []
+        piece.rows.append([html, status, "" if failures is None else str(failures)])
+    for policy in listed & slices.keys():
+        slices[policy].rows = slices[policy].rows or []
+    return slices, matrix
+
+
+def listed_policies(records: dict[str, int]) -> set[str]:
+    """The policies whose cells are among the first MAX_CELL_ROWS in id order (report.html lists those)."""
+    listed, seen = set(), 0
+    for policy in sorted(records, key=id_order):
+        if seen >= MAX_CELL_ROWS:
+            break
+        if records[policy]:
+            listed.add(policy)
+            seen += records[policy]
+    return listed
+
+
+def id_order(policy: str) -> str:
+    """Cells sort by id (policy/gpu/torch), so each policy's cells are together, in the order of "policy/"."""
+    return policy + "/"

@@ -1,0 +1,95 @@
+"""A collect that keeps the last collect's slices (computing again only the policies whose records changed) writes
+the bytes of a collect from scratch, changes.md included, after every kind of change."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from orchestrator import collect as collect_module
+from orchestrator.collect import assemble, render_html, slices
+from orchestrator.collect.index import INDEX_DIR
+from orchestrator.collect.slice_store import STORE_FILE
+
+from .test_collect_rules import SEED_MESSAGES, collect, passed, put
+
+POLICIES = "matrix.policies=[act,diffusion,pi0,pi05,xvla,groot]"  # groot: expected, never recorded
+OUTPUTS = ("cells.csv", "matrix.csv", "repros.csv", "matrix.md", "report.html", "changes.md")
+
+
+@pytest.fixture
+def computed(monkeypatch) -> list[set[str]]:
+    """The policies each collect computed (the rest of its slices were kept)."""
+    seen: list[set[str]] = []
+    original = slices.compute
+
+    def spy(cells, history, settings, listed):
+        seen.append(set(cells["policy"]) | {p for p, _ in settings.expected})
+        return original(cells, history, settings, listed)
+
+    monkeypatch.setattr(collect_module, "compute", spy)
+    for module in (slices, assemble, render_html):  # the cells table's first rows cross policies
+        monkeypatch.setattr(module, "MAX_CELL_ROWS", 5)
+    return seen
+
+
+def test_kept_slices_give_the_bytes_of_a_collect_from_scratch(tmp_path: Path, computed: list[set[str]]) -> None:
+    out = tmp_path / "out"
+    oom, serialize, autocast = SEED_MESSAGES["3"], SEED_MESSAGES["7"], SEED_MESSAGES["8"]
+    fix785 = {"fixes": ["pytorch/pytorch#202785"]}
+    for i, policy in enumerate(("act", "diffusion", "pi0", "xvla")):
+        for gpu in ("h100", "a100"):
+            passed(out, f"{policy}/{gpu}/pr202785", diff=0.01 * (i + 1), **fix785,
+                   versions={"torch": "2.15.0", "gpu_name": f"NVIDIA {gpu.upper()}"})
+            put(out, f"{policy}/{gpu}/stock", "failed", failed_step="save", error=serialize,
+                versions={"torch": "2.15.0"}, ended_at=f"2026-12-0{i + 1}T10:00:00+00:00")
+    for gpu in ("h100", "a100"):  # pi05: all fail, 3 decides, 7 only on pr202785
+        put(out, f"pi05/{gpu}/stock", "failed", failed_step="compile-model", error=oom)
+        put(out, f"pi05/{gpu}/pr202785", "failed", failed_step="save", error=serialize, **fix785)
+    put(out, "repro_fp32_speed/h100/stock", exporter="repro", repro={"row": 9, "reproduced": True})
+    assert collect(out, matrix=POLICIES) == 0
+    assert computed[-1] >= {"act", "diffusion", "pi0", "pi05", "xvla", "groot"}
+
+    put(out, "pi05/h100/pr202785", "failed", failed_step="compile-model", error=oom, **fix785)  # 7 moves
+    put(out, "act/a100/stock", "failed", failed_step="reload", error=autocast)  # another failure id
+    passed(out, "xvla/a100/stock", diff=0.07)  # now passes on stock, at its limit
+    put(out, "xvla/h100/stock", "failed", failed_step="export", error="KeyError: 'a new one'")  # a new failure
+    shutil.rmtree(out / "cells" / "diffusion")  # a policy's cells gone: pi0's move up into the cells table
+    passed(out, "zz_new/h100/stock")  # a policy the matrix does not name
+    scratch = tmp_path / "scratch"
+    shutil.copytree(out, scratch)
+    (scratch / INDEX_DIR / STORE_FILE).unlink()
+
+    computed.clear()
+    assert collect(out, matrix=POLICIES) == 0
+    kept = computed[-1]
+    assert collect(scratch, matrix=POLICIES) == 0
+    assert computed[-1] >= {"act", "pi0", "pi05", "xvla", "groot", "zz_new"}
+    for name in OUTPUTS:
+        assert (out / name).read_text() == (scratch / name).read_text(), f"{name} differs from a collect from scratch"
+    assert "groot" not in kept and {"act", "pi05", "xvla", "zz_new", "diffusion", "pi0"} <= kept, kept
+    assert "xvla (A100): 5, and new on stock torch." in (out / "matrix.md").read_text()
+    assert "xvla on H100: new error no catalog entry knows: KeyError: 'a new one'" in (out / "changes.md").read_text()
+
+    computed.clear()
+    assert collect(out, matrix=POLICIES) == 0  # nothing changed: nothing computed, the same bytes
+    assert not any(computed), computed
+    for name in OUTPUTS[:-1]:
+        assert (out / name).read_text() == (scratch / name).read_text()
+    assert (out / "changes.md").read_text().endswith("Nothing changed.\n")
+
+
+def test_a_matrix_csv_edited_since_makes_a_collect_from_scratch(tmp_path: Path, computed: list[set[str]]) -> None:
+    """changes.md compares with matrix.csv as it is: kept slices would compare with what it was."""
+    out = tmp_path / "out"
+    passed(out, "act/h100/stock")
+    passed(out, "pi0/h100/stock")
+    assert collect(out, matrix="matrix.policies=[act,pi0]") == 0
+    matrix_csv = out / "matrix.csv"
+    matrix_csv.write_text(matrix_csv.read_text().replace("✅", "❌"))
+    computed.clear()
+    assert collect(out, matrix="matrix.policies=[act,pi0]") == 0
+    assert computed[-1] >= {"act", "pi0"}
+    assert "act on H100: ❌ → ✅" in (out / "changes.md").read_text()
