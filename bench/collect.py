@@ -19,6 +19,8 @@ network storage will be slower.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import platform
@@ -33,10 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.atomic import write_bytes_atomic  # noqa: E402
-from orchestrator.collect import OUTPUTS, kept_settings, tables  # noqa: E402
-from orchestrator.collect.index import INDEX_DIR, load_indexed  # noqa: E402
+from orchestrator.collect import OUTPUTS, run_collect  # noqa: E402
+from orchestrator.collect.index import INDEX_DIR  # noqa: E402
 from orchestrator.collect.records import load_records  # noqa: E402
-from orchestrator.collect.row_memo import MEMO_FILE, RowMemo  # noqa: E402
+from orchestrator.collect.slice_store import STORE_FILE  # noqa: E402
 
 GPUS = ["h100", "a100", "h200", "l40s"]
 BUILDS = {"stock": [], "pr202785": ["pytorch/pytorch#202785"], "pr202925": ["pytorch/pytorch#202925"],
@@ -123,67 +125,60 @@ def generate(root: Path, count: int, seed: int = 0) -> float:
     return time.perf_counter() - start
 
 
-def rewrite(root: Path, count: int, seed: int = 1) -> int:
-    """Rewrite `count` records (renamed into place, as jobs write them), as a rerun of some cells would."""
+def rewrite(root: Path, paths: list[Path], seed: int) -> int:
+    """Rewrite these records (renamed into place, as jobs write them), as a rerun of those cells would."""
     rng = random.Random(seed)
-    paths = sorted(root.glob("cells/*/*/*/record.json"))
-    for path in rng.sample(paths, max(count, 1)):
+    for path in paths:
         policy, gpu, build = path.parts[-4:-1]
         tmp = path.with_name(".record.json.tmp")
         tmp.write_text(json.dumps(record(policy, gpu, build, rng), indent=2))
         os.replace(tmp, path)
-    return max(count, 1)
+    time.sleep(0.05)  # past the file system's clock tick: else the next collect reads them again (index.py)
+    return len(paths)
+
+
+def run(root: Path) -> float:
+    """One `export-matrix collect out_dir=root`, as the CLI runs it (outputs written), in seconds."""
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert run_collect([f"out_dir={root}"], None) == 0
+    return time.perf_counter() - start
+
+
+def outputs(root: Path) -> dict[str, bytes]:
+    return {name: (root / name).read_bytes() for name in OUTPUTS}
 
 
 def bench(root: Path, count: int, rewrite_seed: int = 1) -> dict:
     timings = {}
-    overrides = [f"out_dir={root}"]
-
     start = time.perf_counter()
-    kept_settings(overrides, None)
-    timings["compose_cold"] = time.perf_counter() - start  # Hydra, unless an earlier run left this config kept
-    start = time.perf_counter()
-    settings = kept_settings(overrides, None)[0]
-    timings["compose"] = time.perf_counter() - start  # kept by config digest, as every later collect gets them
-    settings.gpus, settings.builds = list(GPUS), list(BUILDS)
-    settings.build_fixes = {k: list(v) for k, v in BUILDS.items()}
-    start = time.perf_counter()
-    full_cells, _ = load_records(root, settings.read_threads)
+    full_cells, _ = load_records(root, 1)
     timings["read_full"] = time.perf_counter() - start
     start = time.perf_counter()
     load_records(root, workers=4)
     timings["read_full_4_threads"] = time.perf_counter() - start
+    assert len(full_cells) == count, (len(full_cells), count)
     shutil.rmtree(root / INDEX_DIR, ignore_errors=True)
-    start = time.perf_counter()
-    load_indexed(root)
-    timings["read_index_cold"] = time.perf_counter() - start
-    start = time.perf_counter()
-    cells, history = load_indexed(root)
-    timings["read_index_warm"] = time.perf_counter() - start
-    start = time.perf_counter()
-    memo = RowMemo(root / INDEX_DIR / MEMO_FILE)  # the previous collect: nothing remembered yet
-    tables(cells, history, settings, memo=memo)
-    memo.save()
-    timings["tables_render_no_memo"] = time.perf_counter() - start
-    changed = rewrite(root, count // 100, rewrite_seed)
-    start = time.perf_counter()
-    cells, history = load_indexed(root)
-    timings["read"] = time.perf_counter() - start
-    assert len(full_cells) == len(cells) and changed
-    start = time.perf_counter()
-    memo = RowMemo(root / INDEX_DIR / MEMO_FILE)
-    timings["memo_open"] = time.perf_counter() - start
-    done = tables(cells, history, settings, timings, memo)
-    start = time.perf_counter()
-    for name in OUTPUTS:
-        write_bytes_atomic(root / name, done.outputs[name])
-    memo.save()
-    timings["write"] = time.perf_counter() - start
-    timings["total"] = sum(timings[k] for k in ("compose", "read", "memo_open", "tables", "render", "write"))
-    assert len(cells) == count, (len(cells), count)
-    assert tables(cells, history, settings).outputs == done.outputs, "the memo changed an output"
-    return {"records": count, "policy_x_gpu": len(done.matrix), **{k: round(v, 3) for k, v in timings.items()},
-            "rows_rendered": memo.rendered, "symbols": done.matrix["symbol"].value_counts().to_dict()}
+    run(root)  # Hydra composes this config once; later collects get its settings by config digest
+    shutil.rmtree(root / INDEX_DIR, ignore_errors=True)
+    timings["first"] = run(root)  # no index, no slices: every record read, every policy computed
+    timings["nothing_changed"] = run(root)
+    paths = sorted(root.glob("cells/*/*/*/record.json"))
+    rng = random.Random(rewrite_seed)
+    scattered = rewrite(root, rng.sample(paths, max(count // 100, 1)), rewrite_seed)
+    timings["scattered"] = run(root)
+    policies = sorted({path.parts[-4] for path in paths})
+    per_policy = count / len(policies)
+    picked = set(rng.sample(policies, max(round(count / 100 / per_policy), 1)))
+    clustered = rewrite(root, [path for path in paths if path.parts[-4] in picked], rewrite_seed + 1)
+    timings["clustered"] = run(root)
+    kept = outputs(root)
+    (root / INDEX_DIR / STORE_FILE).unlink()
+    timings["scratch_after"] = run(root)  # the same records, every policy computed again
+    assert outputs(root) == kept, "kept slices changed an output"
+    return {"records": count, "policies": len(policies), "scattered_records": scattered,
+            "clustered_records": clustered, "clustered_policies": len(picked),
+            **{k: round(v, 3) for k, v in timings.items()}}
 
 
 def main() -> int:
@@ -208,26 +203,23 @@ def main() -> int:
             result = bench(root, count, time.time_ns() if args.reuse else 1)
             result["generate_s"] = round(made, 2)
             results.append(result)
-            print(f"{count:>7} records  read: full {result['read_full']:6.2f} s (4 threads "
-                  f"{result['read_full_4_threads']:5.2f} s), index cold {result['read_index_cold']:5.2f} s, warm "
-                  f"{result['read_index_warm']:5.2f} s, 1% changed {result['read']:5.2f} s "
-                  f"(x{result['read_full'] / result['read']:.1f} faster than full)  tables+render without the memo "
-                  f"{result['tables_render_no_memo']:5.2f} s, with it: tables {result['tables']:5.2f} s render "
-                  f"{result['render']:5.2f} s ({result['rows_rendered']} rows rendered)  write "
-                  f"{result['write']:5.2f} s  compose {result['compose']:4.2f} s  total {result['total']:6.2f} s",
-                  flush=True)
+            print(f"{count:>7} records ({result['policies']} policies)  full read {result['read_full']:6.2f} s "
+                  f"(4 threads {result['read_full_4_threads']:5.2f} s)  collect: first {result['first']:6.2f} s, "
+                  f"nothing changed {result['nothing_changed']:5.2f} s, 1% scattered "
+                  f"({result['scattered_records']} records) {result['scattered']:5.2f} s, 1% clustered "
+                  f"({result['clustered_records']} records of {result['clustered_policies']} policies) "
+                  f"{result['clustered']:5.2f} s; the same from scratch {result['scratch_after']:6.2f} s", flush=True)
             if not keep:
                 shutil.rmtree(root)
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
-    growth = [{"from": a["records"], "to": b["records"], "total_x": round(b["total"] / a["total"], 2),
-               "read_x": round(b["read"] / a["read"], 2), "read_full_x": round(b["read_full"] / a["read_full"], 2),
-               "tables_render_x": round((b["tables"] + b["render"]) / (a["tables"] + a["render"]), 2)}
+    growth = [{"from": a["records"], "to": b["records"],
+               **{k: round(b[k] / a[k], 2) for k in ("read_full", "first", "scattered", "clustered")}}
               for a, b in zip(results, results[1:], strict=False)]
     for g in growth:
-        print(f"{g['from']} -> {g['to']} records: total x{g['total_x']}, read x{g['read_x']}, "
-              f"tables+render x{g['tables_render_x']}")
+        print(f"{g['from']} -> {g['to']} records: first x{g['first']}, 1% scattered x{g['scattered']}, "
+              f"1% clustered x{g['clustered']}")
     report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "platform": platform.platform()}, "results": results, "growth": growth}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -151,6 +151,19 @@ def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -
                      sum(piece.records for piece in slices.values()) + len(repro_cells), need, previous)
 
 
+def _write_changed(path: Path, text: str) -> bool:
+    """Write the file (atomically) unless it already holds text: after a rerun most outputs stay the same, and
+    reading is cheaper than writing and syncing."""
+    data = text.encode()
+    try:
+        if path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    write_bytes_atomic(path, data)
+    return True
+
+
 def _stale(path: Path, expected: str | bytes) -> bool:
     try:
         current = path.read_bytes()
@@ -205,13 +218,12 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
         return 0
     previous = done.previous if done.computed is not None else changes_md.read_previous(matrix_csv)
     lines = changes_md.changes(previous, done.matrix, settings)
-    for name, text in done.outputs.items():
-        write_bytes_atomic(out_dir / name, text)
-    write_bytes_atomic(out_dir / CHANGES, changes_md.render(lines))
+    written = {name for name, text in done.outputs.items() if _write_changed(out_dir / name, text)}
+    _write_changed(out_dir / CHANGES, changes_md.render(lines))
     if spliced is not None and spliced[0] != spliced[1]:
         write_bytes_atomic(into, spliced[1])
-    if not plain["selection"]:
-        slice_store.save(root, done.slices, key, matrix_csv)
+    if not plain["selection"] and (done.computed != set() or "matrix.csv" in written):
+        slice_store.save(root, done.slices, key, matrix_csv)  # else the kept ones are still right
     print(changes_md.render(lines), end="")
     counts = pd.Series([s for piece in done.slices.values() for s in piece.symbols]).value_counts()
     print(f"collected {done.records} records into {int(counts.sum())} policy × GPU cells "
