@@ -1,7 +1,7 @@
 """The Arrow IPC (Feather) files of DIR/.collect-index/: memory-mapped reads, atomic uncompressed writes.
 
 Uncompressed, so that opening one is a memory map (Parquet's decoding took half a second at 100,000 records).
-A file that is missing or not Arrow reads as None: the index and the row memo are caches, rebuilt from the records.
+A file that is missing or not Arrow reads as None: the index and the slices are caches, rebuilt from the records.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A policy's part (the failure ids it hits, each with the GPUs it hit them on when not all, and its clause of the
 line) depends on that policy's matrix rows and cells only. So `policy_parts` computes the parts of any set of
-policies, the row memo keeps each under a key made of its rows' keys (summarize), and `failure_rows` and
-`policy_line` only assemble them: a collect after a rerun recomputes the parts of the policies that changed.
+policies, each policy's slice keeps its part (slices.py), and `failure_rows` and `policy_line` only assemble
+them: a collect after a rerun recomputes the parts of the policies that changed.
 """
 
 from __future__ import annotations
