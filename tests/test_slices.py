@@ -6,12 +6,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from orchestrator import collect as collect_module
 from orchestrator.collect import assemble, render_html, slices
 from orchestrator.collect.index import INDEX_DIR
 from orchestrator.collect.slice_store import STORE_FILE
+from orchestrator.collect.slices import csv_rows
 
 from .test_collect_rules import SEED_MESSAGES, collect, passed, put
 
@@ -93,3 +96,20 @@ def test_a_matrix_csv_edited_since_makes_a_collect_from_scratch(tmp_path: Path, 
     assert collect(out, matrix="matrix.policies=[act,pi0]") == 0
     assert computed[-1] >= {"act", "pi0"}
     assert "act on H100: ❌ → ✅" in (out / "changes.md").read_text()
+
+
+def test_rows_cut_from_one_csv_are_what_to_csv_writes() -> None:
+    """Values whose CSV text is easy to get wrong: signed zeros, exponents, missing next to the text "None",
+    quotes, separators, line breaks, non-ASCII; and a value holding the row separator (written row by row)."""
+    frame = pd.DataFrame({
+        "margin": [0.0, -0.0, 1e-05, 1.2345678901234568e20, np.nan, 0.1 + 0.2, 3.0, -2.5],
+        "attempt": np.arange(8, dtype="int64"),
+        "slow": [True, False] * 4,
+        "runs": [None, "None", np.nan, "0.63–1.27", "", "a,b", 'say "hi"', "line\nbreak"],
+        "error": pd.Series(["x\r\ny", None, "plain", "tab\there", "ünï", "trailing ", " lead", "é,\"q\"\n"],
+                           dtype="str"),
+    })
+    separated = pd.DataFrame({"error": ["fine", "record\x1eseparator", "end\x1e\nof row"]})
+    for data in (frame, separated, frame.iloc[:0]):
+        assert "".join(csv_rows(data)) == data.to_csv(index=False, header=False, lineterminator="\n")
+    assert len(csv_rows(frame)) == len(frame) and len(csv_rows(separated)) == len(separated)

@@ -154,20 +154,16 @@ def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -
 def _write_changed(path: Path, text: str) -> bool:
     """Write the file (atomically) unless it already holds text: after a rerun most outputs stay the same, and
     reading is cheaper than writing and syncing."""
-    data = text.encode()
-    try:
-        if path.read_bytes() == data:
-            return False
-    except OSError:
-        pass
-    write_bytes_atomic(path, data)
+    if not _stale(path, text):
+        return False
+    write_bytes_atomic(path, text)
     return True
 
 
 def _stale(path: Path, expected: str | bytes) -> bool:
     try:
         current = path.read_bytes()
-    except FileNotFoundError:
+    except OSError:  # missing or unreadable: written again (or reported by --check)
         return True
     return current != (expected.encode() if isinstance(expected, str) else expected)
 

@@ -55,11 +55,10 @@ def summary(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) 
 
 def outputs(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) -> dict[str, str]:
     """Each output's text, by file name."""
-    table_order = sorted(slices, key=order(settings.policies))
     shown = summary(slices, repros, settings)
     return {
-        "cells.csv": CELLS_HEADER + "".join(slices[p].cells_csv for p in table_order),
-        "matrix.csv": MATRIX_HEADER + "".join(slices[p].matrix_csv for p in table_order),
+        "cells.csv": CELLS_HEADER + "".join(slices[p].cells_csv for p in shown.policies),
+        "matrix.csv": MATRIX_HEADER + "".join(slices[p].matrix_csv for p in shown.policies),
         "repros.csv": repros.to_csv(index=False, lineterminator="\n"),
         "matrix.md": render_md.render(shown, settings),
         "report.html": render_html.render(shown, settings),

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..record import RECORD_NAME, dirs
 from .arrow_files import read_table, write_table
@@ -221,11 +220,8 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True) -> Indexe
     return Indexed(merged, changed_cells)
 
 
-def frames(table: pa.Table, policies: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cells, history) of the index's rows (of these policies' cells only, if given)."""
-    if policies is not None:
-        wanted = pa.array(sorted(policies), type=table.schema.field("policy").type)
-        table = table.filter(pc.is_in(table.column("policy"), value_set=wanted))
+def frames(table: pa.Table) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cells, history) of the index's rows."""
     frame = table.to_pandas()
     frame["reproduced"] = frame["reproduced"].astype(object)  # True, False or None, as a full read has it
     past_rows = [tuple(r) for text in frame["history"].dropna() for r in json.loads(text)]

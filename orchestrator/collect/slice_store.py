@@ -60,9 +60,8 @@ def load(root: Path, key: str, matrix_csv: Path) -> dict[str, Slice] | None:
     table = read_table(root / STORE_FILE)
     if table is None or table.column_names != COLUMNS:
         return None
-    metadata = table.schema.metadata or {}
-    if metadata.get(DIGEST_KEY) != key.encode() or metadata.get(MATRIX_KEY) != _identity(matrix_csv) or not \
-            metadata.get(MATRIX_KEY):
+    metadata, identity = table.schema.metadata or {}, _identity(matrix_csv)
+    if not identity or metadata.get(DIGEST_KEY) != key.encode() or metadata.get(MATRIX_KEY) != identity:
         return None
     names, cells, matrix, small = (table.column(c).to_pylist() for c in COLUMNS)
     return {name: Slice(cells_csv=c, matrix_csv=m, **loads(s))

@@ -80,16 +80,10 @@ def compute(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
     table = cells_table(classified, settings)
     slices: dict[str, Slice] = {policy: Slice() for policy in dict.fromkeys(matrix["policy"].tolist())}
 
-    texts: dict[str, list[str]] = defaultdict(list)
-    for policy, text in zip(table["policy"].tolist(), csv_rows(table), strict=True):
-        texts[policy].append(text)
-    for policy, rows in texts.items():
-        slices[policy].cells_csv = "".join(rows)
-    texts.clear()
-    for policy, text in zip(matrix["policy"].tolist(), csv_rows(matrix), strict=True):
-        texts[policy].append(text)
-    for policy, rows in texts.items():
-        slices[policy].matrix_csv = "".join(rows)
+    for policy, text in _csv_by_policy(table).items():
+        slices[policy].cells_csv = text
+    for policy, text in _csv_by_policy(matrix).items():
+        slices[policy].matrix_csv = text
     for row in row_dicts(matrix):
         piece = slices[row["policy"]]
         piece.md[row["gpu"]] = md_text(cell_text(row))
@@ -116,15 +110,21 @@ def compute(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
     ended = classified["ended_at"].where(classified["ended_at"].fillna("").astype(str) != "")
     for policy, newest in ended.groupby(classified["policy"]).max().dropna().items():
         slices[policy].newest = str(newest)
+    for policy in listed & slices.keys():
+        slices[policy].rows = []
     shown = classified[classified["policy"].isin(listed)]
     for policy, html, status, failures in zip(shown["policy"].tolist(), render_html.cell_rows(shown),
                                               *columns(shown, "status", "failures"), strict=True):
-        piece = slices[policy]
-        piece.rows = piece.rows if piece.rows is not None else []
-        piece.rows.append([html, status, "" if failures is None else str(failures)])
-    for policy in listed & slices.keys():
-        slices[policy].rows = slices[policy].rows or []
+        slices[policy].rows.append([html, status, "" if failures is None else str(failures)])
     return slices, matrix
+
+
+def _csv_by_policy(frame: pd.DataFrame) -> dict[str, str]:
+    """Each policy's rows of frame's CSV text, in frame's order."""
+    texts: dict[str, list[str]] = defaultdict(list)
+    for policy, text in zip(frame["policy"].tolist(), csv_rows(frame), strict=True):
+        texts[policy].append(text)
+    return {policy: "".join(rows) for policy, rows in texts.items()}
 
 
 def listed_policies(records: dict[str, int]) -> set[str]:
