@@ -39,6 +39,7 @@ from orchestrator.collect import OUTPUTS, run_collect  # noqa: E402
 from orchestrator.collect.index import INDEX_DIR  # noqa: E402
 from orchestrator.collect.records import load_records  # noqa: E402
 from orchestrator.collect.slice_store import STORE_FILE  # noqa: E402
+from orchestrator.record import mark_written  # noqa: E402
 
 GPUS = ["h100", "a100", "h200", "l40s"]
 BUILDS = {"stock": [], "pr202785": ["pytorch/pytorch#202785"], "pr202925": ["pytorch/pytorch#202925"],
@@ -126,13 +127,15 @@ def generate(root: Path, count: int, seed: int = 0) -> float:
 
 
 def rewrite(root: Path, paths: list[Path], seed: int) -> int:
-    """Rewrite these records (renamed into place, as jobs write them), as a rerun of those cells would."""
+    """Rewrite these records as jobs write them (renamed into place, the gpu directory stamped), as a rerun of
+    those cells would."""
     rng = random.Random(seed)
     for path in paths:
         policy, gpu, build = path.parts[-4:-1]
         tmp = path.with_name(".record.json.tmp")
         tmp.write_text(json.dumps(record(policy, gpu, build, rng), indent=2))
         os.replace(tmp, path)
+        mark_written(path.parent)
     time.sleep(0.05)  # past the file system's clock tick: else the next collect reads them again (index.py)
     return len(paths)
 

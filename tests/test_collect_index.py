@@ -111,8 +111,11 @@ def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monke
 
     path = out / "cells" / "p4" / "a100" / "stock" / "record.json"
     path.write_text(path.read_text()[:40])  # truncated in place: unreadable
+    seen.clear()
+    load_indexed(out)
+    assert seen == [], "a record was read though no gpu directory changed"
     shutil.rmtree(out / "cells" / "p5" / "h100")  # a gpu's cells removed
-    age(path, out / "cells" / "p5")
+    age(path, path.parent.parent, out / "cells" / "p5")  # the edited record's gpu directory touched, as documented
     cell_dir = out / "cells" / "p0" / "h100" / "stock"
     attempt = start_attempt(cell_dir)  # a rerun: attempt 1 archived, attempt 2 near the limit
     put(out, "p0/h100/stock", status="passed", attempt=attempt, max_diff=0.07, tolerance=0.075)
@@ -157,7 +160,9 @@ def test_stats_and_reads_through_threads_see_the_same_changes(out: Path, monkeyp
     monkeypatch.setattr(records_module, "ThreadPoolExecutor", CountingPool)
     load_indexed(out, workers=4)
     put(out, "p1/h100/stock", status="failed", failed_step="check", max_diff=0.09, tolerance=0.075)
-    (out / "cells" / "p2" / "a100" / "stock" / "record.json").unlink()
+    removed = out / "cells" / "p2" / "a100" / "stock" / "record.json"
+    removed.unlink()
+    age(removed.parent.parent)  # removed by hand, its gpu directory touched (record.mark_written)
     seen = reads(monkeypatch)
     cells, _ = load_indexed(out, workers=4)
     assert [Path(p).parent.parent.parent.name for p in seen] == ["p1"]
@@ -166,18 +171,20 @@ def test_stats_and_reads_through_threads_see_the_same_changes(out: Path, monkeyp
 
 
 def test_what_changes_in_the_tick_a_collect_sees_it_is_seen_by_the_next(out: Path) -> None:
-    """A coarse file-system clock: a directory gains a cell, and a record is edited in place to the same size,
-    both keeping the mtime the last collect saw, as happens when they change in that collect's clock tick."""
+    """A coarse file-system clock: a directory gains a cell, and a record is edited in place to the same size
+    (its directory touched), all keeping the mtime the last collect saw, as happens when they change in that
+    collect's clock tick."""
     future = time.time_ns() + 3600 * 10**9  # at or after any collect's clock: changed in its tick
     gpu_dir = out / "cells" / "p1" / "h100"
     record = out / "cells" / "p2" / "a100" / "stock" / "record.json"
-    for path in (gpu_dir, record):
+    touched = (gpu_dir, record, record.parent.parent)
+    for path in touched:
         os.utime(path, ns=(future, future))
     load_indexed(out)
     put(out, "p1/h100/nightly", status="passed", max_diff=0.01, tolerance=0.075)
     text = record.read_text()
     record.write_text(text.replace('"passed"', '"failed"'))  # same size, same inode
-    for path in (gpu_dir, record):
+    for path in touched:
         os.utime(path, ns=(future, future))
     cells, _ = load_indexed(out)
     statuses = cells.set_index("id")["status"]

@@ -37,7 +37,7 @@ from .arrow_files import read_table, write_table
 from .records import COLUMNS, in_chunks, read_paths, typed_cells, typed_history
 
 INDEX_DIR = ".collect-index"
-VERSION = "4"
+VERSION = "5"
 VERSION_KEY = b"export-matrix-collect-index"
 BASE_KEY = b"export-matrix-collect-index-base"  # the base's token; a delta carries the token of its base
 CELLS_FILE = "cells.arrow"
@@ -123,27 +123,38 @@ class Index:
                                               BASE_KEY: self.token})
 
 
-def _walk(cells_dir: str, known: dict[str, int], started: int) -> tuple[list[str], dict[str, int]]:
-    """Every cell directory (cells/<policy>/<gpu>/<torch>), listing again only the directories whose mtime
-    changed since the index knew them; and every directory's mtime now (0 for cell directories, which are known
-    by their parent's listing: their record.json is stat'ed next, and for one changed since `started`)."""
+def _walk(cells_dir: str, known: dict[str, int], started: int) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """The gpu directories (`policy/gpu`) whose cells may have changed since the index knew them, each with its
+    cell directories' names now: those whose mtime changed (a cell added or removed, or a record written: see
+    record.mark_written), new ones and gone ones (no names). And the mtime now of cells/ ("") and of each policy's
+    and gpu's directory, 0 for one changed since `started`, so the next collect lists it again. A directory whose
+    mtime is unchanged has the same entries: its known children are taken, not listed."""
     stamps: dict[str, int] = {}
     children: dict[str, list[str]] = {}
-    for path in known:  # written in walk order: each directory's children come sorted
-        children.setdefault(path.rpartition(os.sep)[0], []).append(path)
+    for rel in known:  # written in walk order: each directory's children come sorted
+        if rel:
+            children.setdefault(rel.rpartition("/")[0], []).append(rel)
 
-    def listing(path: str) -> list[str]:
+    def listing(rel: str) -> tuple[list[str], bool]:
+        path = cells_dir + os.sep + rel.replace("/", os.sep) if rel else cells_dir
         stat = _stat(path)
         if stat is None:
-            return []
-        stamps[path] = stat[1] if stat[1] < started else 0
-        if known.get(path) == stat[1]:
-            return children.get(path, [])
-        return sorted(dirs(path))
+            return [], True
+        stamps[rel] = stat[1] if stat[1] < started else 0
+        if known.get(rel) == stat[1]:
+            return children.get(rel, []), False
+        return sorted(f"{rel}/{os.path.basename(d)}" if rel else os.path.basename(d) for d in dirs(path)), True
 
-    cells = [cell for policy in listing(cells_dir) for gpu in listing(policy) for cell in listing(gpu)]
-    stamps.update(dict.fromkeys(cells, 0))
-    return cells, stamps
+    dirty: dict[str, list[str]] = {}
+    for policy in listing("")[0]:
+        for gpu in listing(policy)[0]:
+            names, changed = listing(gpu)
+            if changed:
+                dirty[gpu] = [name.rpartition("/")[2] for name in names]
+    for rel in known:
+        if rel.count("/") == 1 and rel not in stamps:
+            dirty[rel] = []  # gone, with its policy or alone
+    return dirty, stamps
 
 
 def _stat_all(paths: list[str], workers: int) -> list[tuple[int, int, int] | None]:
@@ -170,26 +181,22 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True) -> Indexe
     previous, known_dirs = index.read()
     started = _fs_clock(index.root) if update else None
     started = started if started is not None else np.iinfo(np.int64).max  # not written: nothing to keep unknown
-    cell_dirs, stamps = _walk(index.cells_dir, known_dirs if previous is not None else {}, started)
-    paths = [cell_dir + os.sep + RECORD_NAME for cell_dir in cell_dirs]
+    dirty, stamps = _walk(index.cells_dir, known_dirs if previous is not None else {}, started)
+    listed = [f"{gpu}/{name}" for gpu, names in dirty.items() for name in names]
+    paths = [index.cells_dir + os.sep + cell.replace("/", os.sep) + os.sep + RECORD_NAME for cell in listed]
     identities = _stat_all(paths, workers)
     found = [i for i, identity in enumerate(identities) if identity is not None]
-    prefix = len(index.cells_dir) + 1
-    ids = [cell_dirs[i][prefix:] for i in found]
-    if os.sep != "/":
-        ids = [cell.replace(os.sep, "/") for cell in ids]
+    ids = [listed[i] for i in found]
     now = np.array([identities[i] for i in found], dtype=np.int64).reshape(len(found), len(IDENTITY))
-    then = np.full(len(found), -1, dtype=np.int64)  # each record's row in the index (-1: none)
-    if previous is not None:  # a cell in the delta too: its delta row (later) wins
+    row_of: dict[str, int] = {}  # each cell's newest row in the index (a cell in the delta too: its delta row)
+    if previous is not None and (dirty or previous.num_rows != index.base_rows):
         row_of = dict(zip(previous.column("id").to_pylist(), range(previous.num_rows), strict=True))
-        then = np.fromiter((row_of.get(cell, -1) for cell in ids), dtype=np.int64, count=len(ids))
-        known = then >= 0
-        same = known.copy()
+    then = np.fromiter((row_of.get(cell, -1) for cell in ids), dtype=np.int64, count=len(ids))
+    same = then >= 0
+    if previous is not None and same.any():
+        known = same.copy()
         for column, name in enumerate(IDENTITY):
             same[known] &= previous.column(name).to_numpy()[then[known]] == now[known, column]
-    else:
-        same = np.zeros(len(found), dtype=bool)
-    kept = then[same].tolist()
     changed = np.flatnonzero(~same).tolist()
     fresh = [paths[found[i]] for i in changed]
     kept_now = now.copy()
@@ -203,15 +210,22 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True) -> Indexe
     for row in history:
         grouped.setdefault(row[0], []).append(list(row))
     new["history"] = [json.dumps(grouped[c]) if c in grouped else None for c in new["id"]]
+    present = set(ids)
+    gone = {cell for cell in row_of if cell.rpartition("/")[0] in dirty and cell not in present}
+    dropped = gone | {ids[i] for i in changed}
+    if previous is None:
+        kept: list[int] = []
+    elif row_of:
+        kept = [row for cell, row in row_of.items() if cell not in dropped]
+    else:  # no delta and nothing listed again: the base as it is
+        kept = list(range(index.base_rows))
     source, order = _merge_order(previous, index.base_rows, kept, new)
     merged = _splice(source, order).combine_chunks()  # one chunk per column: pandas' Arrow strings are
     # slow over the thousands of runs a merge splices (tables took 0.9 s instead of 0.5 at 100,000 records)
-    gone = previous is not None and len(kept) != len(row_of)  # cells the index knew that have no record now
-    changed_cells = None if previous is None else {ids[i] for i in changed} | (set(row_of) - set(ids) if gone
-                                                                                  else set())
+    changed_cells = None if previous is None else dropped
     if update and (fresh or previous is None or gone or stamps != known_dirs):
         from_delta = order[order >= index.base_rows] if previous is not None else order
-        if previous is None or len(from_delta) > DELTA_SHARE * len(order):
+        if previous is None or gone or len(from_delta) > DELTA_SHARE * len(order):  # a delta only adds rows
             index.write(merged, None, stamps)
         else:
             tail = source.slice(index.base_rows)  # the old delta and the rows just read: few, so take copies little
