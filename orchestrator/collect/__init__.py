@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from ..atomic import write_bytes_atomic
 from ..config import Composed, ConfigError, axis_list, compose_config, selected, to_plain
 from ..config_cache import kept
-from . import assemble, slice_store
+from . import assemble, last_collect, slice_store
 from . import changes as changes_md
 from .catalog import Catalog, load_catalog
 from .index import INDEX_DIR, Indexed, frames, update_index
@@ -183,6 +183,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")
     indexed = update_index(out_dir, settings.read_threads, update=not check)
     root, matrix_csv = out_dir / INDEX_DIR, out_dir / "matrix.csv"
+    key = None
     if plain["selection"]:  # policy=, gpu=, torch= narrow the table to those cells (computed from scratch)
         def selects(cell_id: str) -> bool:
             return selected(cell_id, plain["selection"])
@@ -198,32 +199,62 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
         _complete_axes(settings, plain, overrides, config_dir,
                        *(sorted(pc.unique(indexed.table.column(axis)).to_pylist()) for axis in ("gpu", "torch")))
         key = slice_store.digest(settings, None)
+        last = last_collect.current(root, key, out_dir, OUTPUTS) if indexed.changed == set() else None
+        if last is not None:
+            return _nothing_changed(last, out_dir, into, check)
         kept = None if indexed.changed is None else slice_store.load(root, key, matrix_csv)
         done = _kept_tables(indexed, settings, kept) if kept is not None else tables(*frames(indexed.table), settings)
     spliced = splice_file(into, done.outputs["matrix.md"]) if into is not None else None  # fails before writing
     if check:
         stale = [name for name, text in done.outputs.items() if _stale(out_dir / name, text)]
-        if spliced is not None and spliced[0] != spliced[1]:
-            stale.append(str(into))
-        if stale:
-            print(f"export-matrix: out of date with the {done.records} records under {out_dir}/cells: "
-                  f"{', '.join(stale)} (run collect without --check)", file=sys.stderr)
-            return 1
-        print(f"up to date: {done.records} records, {', '.join(OUTPUTS)}" + (f", {into}" if into else ""),
-              file=sys.stderr)
-        return 0
+        return _checked(stale, spliced, done.records, out_dir, into)
     previous = done.previous if done.computed is not None else changes_md.read_previous(matrix_csv)
     lines = changes_md.changes(previous, done.matrix, settings)
     written = {name for name, text in done.outputs.items() if _write_changed(out_dir / name, text)}
     _write_changed(out_dir / CHANGES, changes_md.render(lines))
     if spliced is not None and spliced[0] != spliced[1]:
         write_bytes_atomic(into, spliced[1])
-    if not plain["selection"] and (done.computed != set() or "matrix.csv" in written):
-        slice_store.save(root, done.slices, key, matrix_csv)  # else the kept ones are still right
-    print(changes_md.render(lines), end="")
     counts = pd.Series([s for piece in done.slices.values() for s in piece.symbols]).value_counts()
-    print(f"collected {done.records} records into {int(counts.sum())} policy × GPU cells "
+    summary = last_collect.Last(done.records, {str(s): int(n) for s, n in counts.items()})
+    if key is not None:  # a narrowed collect's outputs are new files: the full one's no longer stand
+        if done.computed != set() or "matrix.csv" in written:
+            slice_store.save(root, done.slices, key, matrix_csv)  # else the kept ones are still right
+        last_collect.save(root, key, out_dir, OUTPUTS, summary)
+    print(changes_md.render(lines), end="")
+    _print_summary(summary, out_dir, into)
+    return 0
+
+
+def _nothing_changed(last: last_collect.Last, out_dir: Path, into: Path | None, check: bool) -> int:
+    """No record changed and the outputs are the files the last collect wrote: they stand as they are."""
+    spliced = splice_file(into, (out_dir / "matrix.md").read_text()) if into is not None else None
+    if check:
+        return _checked([], spliced, last.records, out_dir, into)
+    text = changes_md.render([])
+    _write_changed(out_dir / CHANGES, text)
+    if spliced is not None and spliced[0] != spliced[1]:
+        write_bytes_atomic(into, spliced[1])
+    print(text, end="")
+    _print_summary(last, out_dir, into)
+    return 0
+
+
+def _checked(stale: list[str], spliced: tuple[bytes, bytes] | None, records: int, out_dir: Path,
+             into: Path | None) -> int:
+    """--check's verdict: 1 (and which files) when any output or FILE is out of date with the records."""
+    if spliced is not None and spliced[0] != spliced[1]:
+        stale.append(str(into))
+    if stale:
+        print(f"export-matrix: out of date with the {records} records under {out_dir}/cells: "
+              f"{', '.join(stale)} (run collect without --check)", file=sys.stderr)
+        return 1
+    print(f"up to date: {records} records, {', '.join(OUTPUTS)}" + (f", {into}" if into else ""), file=sys.stderr)
+    return 0
+
+
+def _print_summary(last: last_collect.Last, out_dir: Path, into: Path | None) -> None:
+    counts = last.counts
+    print(f"collected {last.records} records into {sum(counts.values())} policy × GPU cells "
           f"({', '.join(f'{counts[s]} {s}' for s in ('✅', '🟡', '❌', '⏳', '—') if s in counts)}): "
           f"{', '.join(str(out_dir / n) for n in (*OUTPUTS, CHANGES))}" + (f", {into}" if into else ""),
           file=sys.stderr)
-    return 0
