@@ -22,4 +22,6 @@ def read_table(path: Path) -> pa.Table | None:
 
 
 def write_table(path: Path, table: pa.Table) -> None:
-    write_atomic(path, lambda handle: feather.write_feather(table, handle, compression="uncompressed"))
+    """One record batch: a table read back is then one chunk per column, which needs no combining (copying)."""
+    write_atomic(path, lambda handle: feather.write_feather(table, handle, compression="uncompressed",
+                                                            chunksize=max(table.num_rows, 1)))
