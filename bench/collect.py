@@ -4,16 +4,14 @@
 
 Writes synthetic record.json trees (the real schema, ~3 KB each like a real record with its fingerprint and log
 tail; the seed's messages, passes, slow passes, timeouts, unknown errors and running cells, seeded) under DIR
-(a temp dir by default), then times each phase of a collect: the settings (`compose`: kept by config digest, as
-collect gets them once it composed that config; `compose_cold` the first time), read the records, the pandas
-tables, rendering, writing the outputs. Reading is timed four ways, side by side in one run: every record.json
-parsed (one thread, and 4), and through the collect index (DIR/.collect-index) when it is built (cold), when
-nothing changed (warm), and after 1 % of the records were rewritten. Tables and rendering are timed without the
-row memo (a first collect) and with the memo that collect left (only changed rows and policies rendered
-again; the bench checks that the outputs are the same bytes). `total` is a collect through the index and the
-memo after that 1 % change, writing its outputs. Prints a table and the growth factor per 10x records, and writes
-bench/results/collect.json. The files are freshly written, so they are in the page cache: a cold read from
-network storage will be slower.
+(a temp dir by default), then times whole collects (the CLI's `run_collect`, outputs written), side by side in
+one run: every record.json parsed (one thread, and 4) for scale; the first collect (no index, no slices); one
+when nothing changed; one after a single record was rewritten (as a job writes it: renamed into place, its gpu
+directory stamped); one with nothing changed after that (the index then has a delta); after 1 % of the records
+were rewritten at random (scattered); after every record of 1 % worth of policies was (clustered: a rerun of
+whole policies); and the same records with every policy computed again, checked byte-equal. Prints a line per
+size and the growth factor per 10x records, and writes bench/results/collect.json. The files are freshly written,
+so they are in the page cache: a cold read from network storage will be slower.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.atomic import write_bytes_atomic  # noqa: E402
 from orchestrator.collect import OUTPUTS, run_collect  # noqa: E402
 from orchestrator.collect.index import INDEX_DIR  # noqa: E402
+from orchestrator.collect.last_collect import LAST_FILE  # noqa: E402
 from orchestrator.collect.records import load_records  # noqa: E402
 from orchestrator.collect.slice_store import STORE_FILE  # noqa: E402
 from orchestrator.record import mark_written  # noqa: E402
@@ -168,6 +167,9 @@ def bench(root: Path, count: int, rewrite_seed: int = 1) -> dict:
     timings["nothing_changed"] = run(root)
     paths = sorted(root.glob("cells/*/*/*/record.json"))
     rng = random.Random(rewrite_seed)
+    rewrite(root, rng.sample(paths, 1), rewrite_seed)
+    timings["one_record"] = run(root)
+    timings["nothing_changed_after"] = run(root)
     scattered = rewrite(root, rng.sample(paths, max(count // 100, 1)), rewrite_seed)
     timings["scattered"] = run(root)
     policies = sorted({path.parts[-4] for path in paths})
@@ -177,6 +179,7 @@ def bench(root: Path, count: int, rewrite_seed: int = 1) -> dict:
     timings["clustered"] = run(root)
     kept = outputs(root)
     (root / INDEX_DIR / STORE_FILE).unlink()
+    (root / INDEX_DIR / LAST_FILE).unlink()  # else nothing changed since the last collect: nothing rendered
     timings["scratch_after"] = run(root)  # the same records, every policy computed again
     assert outputs(root) == kept, "kept slices changed an output"
     return {"records": count, "policies": len(policies), "scattered_records": scattered,
@@ -208,7 +211,8 @@ def main() -> int:
             results.append(result)
             print(f"{count:>7} records ({result['policies']} policies)  full read {result['read_full']:6.2f} s "
                   f"(4 threads {result['read_full_4_threads']:5.2f} s)  collect: first {result['first']:6.2f} s, "
-                  f"nothing changed {result['nothing_changed']:5.2f} s, 1% scattered "
+                  f"nothing changed {result['nothing_changed']:5.2f} s, one record {result['one_record']:5.2f} s, "
+                  f"nothing changed after it {result['nothing_changed_after']:5.2f} s, 1% scattered "
                   f"({result['scattered_records']} records) {result['scattered']:5.2f} s, 1% clustered "
                   f"({result['clustered_records']} records of {result['clustered_policies']} policies) "
                   f"{result['clustered']:5.2f} s; the same from scratch {result['scratch_after']:6.2f} s", flush=True)
@@ -218,10 +222,11 @@ def main() -> int:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
     growth = [{"from": a["records"], "to": b["records"],
-               **{k: round(b[k] / a[k], 2) for k in ("read_full", "first", "scattered", "clustered")}}
+               **{k: round(b[k] / a[k], 2) for k in ("read_full", "first", "one_record", "scattered", "clustered")}}
               for a, b in zip(results, results[1:], strict=False)]
     for g in growth:
-        print(f"{g['from']} -> {g['to']} records: first x{g['first']}, 1% scattered x{g['scattered']}, "
+        print(f"{g['from']} -> {g['to']} records: first x{g['first']}, one record x{g['one_record']}, "
+              f"1% scattered x{g['scattered']}, "
               f"1% clustered x{g['clustered']}")
     report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "platform": platform.platform()}, "results": results, "growth": growth}

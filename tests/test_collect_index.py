@@ -191,3 +191,25 @@ def test_what_changes_in_the_tick_a_collect_sees_it_is_seen_by_the_next(out: Pat
     assert "p1/h100/nightly" in statuses.index, "a cell added in the tick of the last listing was missed"
     assert statuses["p2/a100/stock"] == "failed", "a record edited in the tick of the last read was not read again"
     same_as_full_read(out)
+
+
+def test_a_record_write_stamps_its_gpu_directory_and_a_collect_stats_only_its_records(out: Path, monkeypatch) -> None:
+    """Renaming record.json into place changes its cell directory's mtime only; write_record stamps the gpu
+    directory, the one level a collect stats, and the collect stats the records of that directory alone."""
+    load_indexed(out)
+    write_record(out / "cells" / "p1" / "h100" / "stock",
+                 Record(cell="p1/h100/stock", policy="p1", gpu="h100", torch="stock", exporter="lerobot_cuda",
+                        status="failed", failed_step="check", max_diff=0.09, tolerance=0.075))
+    stats: list[str] = []
+    real = index_module._stat
+
+    def counting(path: str):
+        stats.append(path)
+        return real(path)
+
+    monkeypatch.setattr(index_module, "_stat", counting)
+    cells, _ = load_indexed(out)
+    assert sorted(Path(p).parent.name for p in stats if p.endswith("record.json")) == ["pr202785", "stock"]
+    assert len(stats) == 1 + 8 + 14 + 2, "cells/, 8 policy and 14 gpu directories, 2 records"
+    assert cells.set_index("id").loc["p1/h100/stock", "status"] == "failed"
+    same_as_full_read(out)

@@ -1,15 +1,18 @@
 """The collect index: every record's row as the last collect read it, so the next one reads only what changed.
 
 DIR/.collect-index/ holds Arrow IPC files (arrow_files.py: memory-mapped, written atomically): `cells.arrow`,
-the typed cells frame plus each record.json's identity (inode, mtime in ns, size) and its earlier attempts'
-check numbers; `delta.arrow`, the rows read since
-`cells.arrow` was written (they win over its rows of the same cell), so that a collect after a rerun writes the
-few changed rows, not the whole index again (115 MB at 100,000 records: about half a second); and
-`dirs.arrow`, the directories under cells/ with their mtimes. A delta names the base it extends by a token; once
-it holds more than 2 % of the rows, the next collect writes a new base instead. A collect stats the
-directories: one whose mtime is unchanged has the same entries, so only changed directories are listed again;
-then it stats every record.json it knows and reads (JSON) only those whose identity changed. Records are
-replaced by rename, so a rewritten record always has a new identity; one edited in place changes mtime and size.
+the typed cells frame in id order plus each record.json's identity (inode, mtime in ns, size) and its earlier
+attempts' check numbers; `delta.arrow`, the rows read since `cells.arrow` was written (they win over its rows of
+the same cell), so that a collect after a rerun writes the few changed rows, not the whole index (115 MB at
+100,000 records: about half a second); and `dirs.arrow`, the mtimes of cells/ and of each policy's and gpu's
+directory. A delta names the base it extends by a token; once it holds more than 2 % of the rows, or a cell is
+gone (a delta only adds rows), the next collect writes a new base instead.
+A collect stats those directories only (25,000 at 100,000 records, not every record): one whose mtime is
+unchanged has the same entries. Every record write stamps its gpu directory (record.mark_written), since renaming
+record.json into place changes only its own cell directory's mtime; so a gpu directory whose mtime changed is
+listed again and its records stat'ed, and only those whose identity changed are read (JSON). A record edited by
+hand is seen once its gpu directory is touched (`touch DIR/cells/<policy>/<gpu>`); a cell added or removed by hand
+changes its directory's mtime itself.
 A file system stamps mtimes with a coarse clock (a few ms, on NFS the server's), so a directory or record changed
 during a collect, in the same tick as it was read, can keep the mtime that collect saw: a collect first touches
 DIR/.collect-index/clock to learn the file system's time, and keeps whatever has an mtime at or after it as
