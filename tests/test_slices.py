@@ -98,6 +98,29 @@ def test_a_matrix_csv_edited_since_makes_a_collect_from_scratch(tmp_path: Path, 
     assert "act on H100: ❌ → ✅" in (out / "changes.md").read_text()
 
 
+def test_kept_slices_sharing_their_versions_count_each_policy(tmp_path: Path, computed: list[set[str]]) -> None:
+    """Kept slices with the same builds and versions share one list (slice_store.py): the versions section still
+    counts every policy's cells, as a collect from scratch does."""
+    out = tmp_path / "out"
+    versions = {"torch": "2.15.0", "executorch": "1.6.0", "gpu_name": "NVIDIA H100"}
+    for policy in ("act", "diffusion", "pi0", "pi05", "xvla"):
+        passed(out, f"{policy}/h100/stock", versions=versions)
+        put(out, f"{policy}/h100/pr202785", "failed", failed_step="save", error=SEED_MESSAGES["7"],
+            fixes=["pytorch/pytorch#202785"], versions=versions)
+    assert collect(out, matrix=POLICIES) == 0
+    passed(out, "pi0/h100/pr202785", fixes=["pytorch/pytorch#202785"], versions={**versions, "torch": "2.16.0"})
+    computed.clear()
+    assert collect(out, matrix=POLICIES) == 0
+    assert computed[-1] == {"pi0"}
+    scratch = tmp_path / "scratch"
+    shutil.copytree(out, scratch)
+    shutil.rmtree(scratch / INDEX_DIR)
+    assert collect(scratch, matrix=POLICIES) == 0
+    for name in OUTPUTS[:-1]:
+        assert (out / name).read_text() == (scratch / name).read_text(), f"{name} differs from a collect from scratch"
+    assert "torch 2.15.0, executorch 1.6.0 (4 cells)" in (out / "matrix.md").read_text()
+
+
 def test_rows_cut_from_one_csv_are_what_to_csv_writes() -> None:
     """Values whose CSV text is easy to get wrong: signed zeros, exponents, missing next to the text "None",
     quotes, separators, line breaks, non-ASCII; and a value holding the row separator (written row by row)."""

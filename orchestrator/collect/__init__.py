@@ -133,7 +133,7 @@ def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -
     """The outputs computing again only the slices of the policies whose records changed since `kept`."""
     table = indexed.table
     ordinary = pc.is_null(table.column("repro_row"))
-    counts = pc.value_counts(table.filter(ordinary).column("policy")).to_pylist()
+    counts = pc.value_counts(table.column("policy").filter(ordinary)).to_pylist()
     listed = listed_policies({item["values"]: item["counts"] for item in counts})
     need = {cell.split("/", 1)[0] for cell in indexed.changed or ()}
     need |= {p for p in listed if p not in kept or kept[p].rows is None}
@@ -202,7 +202,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
         last = last_collect.current(root, key, out_dir, OUTPUTS) if indexed.changed == set() else None
         if last is not None:
             return _nothing_changed(last, out_dir, into, check)
-        kept = None if indexed.changed is None else slice_store.load(root, key, matrix_csv)
+        kept = None if indexed.changed is None else slice_store.load(root, key, out_dir)
         done = _kept_tables(indexed, settings, kept) if kept is not None else tables(*frames(indexed.table), settings)
     spliced = splice_file(into, done.outputs["matrix.md"]) if into is not None else None  # fails before writing
     if check:
@@ -217,8 +217,8 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     counts = pd.Series([s for piece in done.slices.values() for s in piece.symbols]).value_counts()
     summary = last_collect.Last(done.records, {str(s): int(n) for s, n in counts.items()})
     if key is not None:  # a narrowed collect's outputs are new files: the full one's no longer stand
-        if done.computed != set() or "matrix.csv" in written:
-            slice_store.save(root, done.slices, key, matrix_csv)  # else the kept ones are still right
+        if done.computed != set() or written & set(slice_store.CSV_FILES):  # else the kept ones still stand
+            slice_store.save(root, done.slices, assemble.table_order(done.slices, settings), key, out_dir)
         last_collect.save(root, key, out_dir, OUTPUTS, summary)
     print(changes_md.render(lines), end="")
     _print_summary(summary, out_dir, into)

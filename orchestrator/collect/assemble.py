@@ -7,6 +7,8 @@ at once gives (first seen first).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from . import render_html, render_md
@@ -16,8 +18,13 @@ from .settings import Settings
 from .slices import CELLS_HEADER, MATRIX_HEADER, MAX_CELL_ROWS, Slice, id_order
 
 
+def table_order(slices: dict[str, Slice], settings: Settings) -> list[str]:
+    """The policies in the order the outputs list them."""
+    return sorted(slices, key=order(settings.policies))
+
+
 def summary(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) -> Summary:
-    table_order = sorted(slices, key=order(settings.policies))
+    policies = table_order(slices, settings)
     recorded_gpus = {gpu for piece in slices.values() for gpu in piece.md}
     gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(recorded_gpus)]) if g in recorded_gpus]
     new: dict[str, list[str]] = {}
@@ -26,24 +33,33 @@ def summary(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) 
     fixes: dict[str, str] = {}
     pairs: dict[tuple[str, str], None] = {}
     rows: list[list[str]] = []
+    # Kept slices share one list per distinct value (slice_store.py): each is counted once, times its holders.
+    builds: dict[int, list[list[Any]]] = {}
+    holders: dict[int, int] = {}
+    seen_pairs: set[int] = set()
     for policy in sorted((p for p in slices if slices[p].records), key=id_order):
         piece = slices[policy]
         for error, cell, log in piece.new:
             new.setdefault(error, []).append(cell)
             logs[cell] = log
-        for build, versions, count in piece.builds:
-            counts[(build, versions)] = counts.get((build, versions), 0) + count
+        builds.setdefault(id(piece.builds), piece.builds)
+        holders[id(piece.builds)] = holders.get(id(piece.builds), 0) + 1
+        if id(piece.gpu_versions) not in seen_pairs:
+            seen_pairs.add(id(piece.gpu_versions))
+            pairs.update(dict.fromkeys(map(tuple, piece.gpu_versions)))
         fixes.update(piece.fixes)
-        pairs.update(dict.fromkeys(map(tuple, piece.gpu_versions)))
         if len(rows) < MAX_CELL_ROWS:
             if piece.rows is None:
                 raise RuntimeError(f"collect: the slice of {policy} lacks its cells-table rows")
             rows += piece.rows
-    parts = {policy: slices[policy].part for policy in table_order if slices[policy].part is not None}
+    for key, entries in builds.items():  # first seen first, as counting slice by slice gives
+        for build, versions, count in entries:
+            counts[(build, versions)] = counts.get((build, versions), 0) + count * holders[key]
+    parts = {policy: slices[policy].part for policy in policies if slices[policy].part is not None}
     return Summary(
-        policies=table_order, gpus=gpus,
-        md={(policy, gpu): text for policy in table_order for gpu, text in slices[policy].md.items()},
-        html={(policy, gpu): text for policy in table_order for gpu, text in slices[policy].html.items()},
+        policies=policies, gpus=gpus,
+        md={(policy, gpu): text for policy in policies for gpu, text in slices[policy].md.items()},
+        html={(policy, gpu): text for policy in policies for gpu, text in slices[policy].html.items()},
         records=sum(piece.records for piece in slices.values()),
         newest=max((piece.newest for piece in slices.values()), default=""),
         new_failures=list(new.items()), logs=logs, failure_rows=failure_rows(parts, settings),

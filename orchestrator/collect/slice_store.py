@@ -1,10 +1,12 @@
 """The last collect's slices (slices.py), kept in DIR/.collect-index/slices.arrow for the next collect.
 
 They hold under a digest of what else they depend on (the settings, the catalog, the selection, pandas' version
-and this package's collect code) and beside the matrix.csv written with them (its inode, mtime and size): the
-next collect computes changes.md from the kept matrix rows of the policies it computes again, which is right only
-while matrix.csv is the one they were written with. Anything else (missing, foreign, stale) means computing every
-slice, as a first collect does.
+and this package's collect code) and beside the cells.csv and matrix.csv written with them (inode, mtime and
+size): a slice's CSV rows are not stored twice but cut from those files (the store keeps where each policy's rows
+start), and the next collect computes changes.md from the kept matrix rows of the policies it computes again,
+which is right only while matrix.csv is the one they were written with. The builds, versions and fixes, the same
+for most policies, are stored once each. Anything else (missing, foreign, stale) means computing every slice, as a first
+collect does.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ import pyarrow as pa
 from ..jsonio import loads
 from .arrow_files import read_table, write_table
 from .settings import Settings
-from .slices import SMALL, Slice
+from .slices import CELLS_HEADER, MATRIX_HEADER, SMALL, Slice
 
 STORE_FILE = "slices.arrow"
 DIGEST_KEY = b"export-matrix-slices"
-MATRIX_KEY = b"export-matrix-slices-matrix-csv"
-COLUMNS = ["policy", "cells_csv", "matrix_csv", "small"]
+FILES_KEY = b"export-matrix-slices-files"  # the identities of cells.csv and matrix.csv
+SHARED_KEY = b"export-matrix-slices-shared"  # each value of SHARED once: the slices refer to them by number
+SHARED = ("builds", "gpu_versions", "fixes")  # the same for most policies (their versions strings are long)
+COLUMNS = ["policy", "cells_at", "matrix_at", "small"]
+CSV_FILES = ("cells.csv", "matrix.csv")
 
 
 @cache
@@ -48,35 +53,57 @@ def digest(settings: Settings, selection: object) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def _identity(path: Path) -> bytes:
+def _identities(out_dir: Path) -> bytes:
     try:
-        st = os.stat(path)
+        stats = [os.stat(out_dir / name) for name in CSV_FILES]
     except OSError:
         return b""
-    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}".encode()
+    return " ".join(f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}" for st in stats).encode()
 
 
-def load(root: Path, key: str, matrix_csv: Path) -> dict[str, Slice] | None:
+def load(root: Path, key: str, out_dir: Path) -> dict[str, Slice] | None:
     table = read_table(root / STORE_FILE)
     if table is None or table.column_names != COLUMNS:
         return None
-    metadata, identity = table.schema.metadata or {}, _identity(matrix_csv)
-    if not identity or metadata.get(DIGEST_KEY) != key.encode() or metadata.get(MATRIX_KEY) != identity:
+    metadata, identities = table.schema.metadata or {}, _identities(out_dir)
+    if not identities or metadata.get(DIGEST_KEY) != key.encode() or metadata.get(FILES_KEY) != identities:
         return None
-    names, cells, matrix, small = (table.column(c).to_pylist() for c in COLUMNS)
-    return {name: Slice(cells_csv=c, matrix_csv=m, **loads(s))
-            for name, c, m, s in zip(names, cells, matrix, small, strict=True)}
+    try:
+        cells_text, matrix_text = ((out_dir / name).read_text() for name in CSV_FILES)
+        shared = loads(metadata[SHARED_KEY])
+        names, cells_at, matrix_at, small = (table.column(c).to_pylist() for c in COLUMNS)
+        if cells_at and (cells_at[-1][1] != len(cells_text) or matrix_at[-1][1] != len(matrix_text)):
+            return None
+        slices = {}
+        for name, (c0, c1), (m0, m1), text in zip(names, cells_at, matrix_at, small, strict=True):
+            fields_ = loads(text)
+            for field_ in SHARED:  # one object for the slices with the same value: read, never changed
+                fields_[field_] = shared[fields_[field_]]
+            slices[name] = Slice(cells_csv=cells_text[c0:c1], matrix_csv=matrix_text[m0:m1], **fields_)
+        return slices
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
 
 
-def save(root: Path, slices: dict[str, Slice], key: str, matrix_csv: Path) -> None:
-    """Keep the slices with the matrix.csv just written (a store that cannot be written costs time only)."""
-    names = list(slices)
-    table = pa.table({"policy": pa.array(names, pa.string()),
-                      "cells_csv": pa.array([slices[n].cells_csv for n in names], pa.large_string()),
-                      "matrix_csv": pa.array([slices[n].matrix_csv for n in names], pa.large_string()),
-                      "small": pa.array([orjson.dumps({k: getattr(slices[n], k) for k in SMALL}).decode()
-                                         for n in names], pa.large_string())},
-                     metadata={DIGEST_KEY: key.encode(), MATRIX_KEY: _identity(matrix_csv)})
+def save(root: Path, slices: dict[str, Slice], order: list[str], key: str, out_dir: Path) -> None:
+    """Keep the slices with the cells.csv and matrix.csv just written, whose rows are theirs in `order` (a store
+    that cannot be written costs time only)."""
+    shared: dict[bytes, int] = {}
+    cells_at, matrix_at, small = [], [], []
+    cells_end, matrix_end = len(CELLS_HEADER), len(MATRIX_HEADER)
+    for name in order:
+        piece = slices[name]
+        cells_at.append([cells_end, cells_end := cells_end + len(piece.cells_csv)])
+        matrix_at.append([matrix_end, matrix_end := matrix_end + len(piece.matrix_csv)])
+        fields_ = {k: getattr(piece, k) for k in SMALL}
+        for field_ in SHARED:
+            fields_[field_] = shared.setdefault(orjson.dumps(fields_[field_]), len(shared))
+        small.append(orjson.dumps(fields_).decode())
+    span = pa.list_(pa.int64(), 2)
+    table = pa.table({"policy": pa.array(order, pa.string()), "cells_at": pa.array(cells_at, span),
+                      "matrix_at": pa.array(matrix_at, span), "small": pa.array(small, pa.large_string())},
+                     metadata={DIGEST_KEY: key.encode(), FILES_KEY: _identities(out_dir),
+                               SHARED_KEY: b"[" + b",".join(shared) + b"]"})
     try:
         root.mkdir(parents=True, exist_ok=True)
         write_table(root / STORE_FILE, table)
