@@ -9,7 +9,10 @@ writes nothing and exits 1 when FILE or DIR's tables are out of date with the re
 
 from __future__ import annotations
 
+import gc
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -177,6 +180,25 @@ def kept_settings(overrides: list[str], config_dir: Path | None) -> tuple[Settin
 
 
 def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None = None, check: bool = False) -> int:
+    with _no_cycle_collection():
+        return _collect(overrides, config_dir, into, check)
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The kept slices are thousands of small lists and dicts: each pass of Python's cycle collector scans them
+    all (0.2 s at 100,000 records), and a collect makes no garbage cycles worth it (reference counting frees the
+    rest)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, check: bool) -> int:
     settings, plain = kept_settings(overrides, config_dir)
     out_dir = settings.out_dir
     if not (out_dir / "cells").is_dir() and not settings.expected:
