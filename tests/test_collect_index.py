@@ -65,16 +65,21 @@ def same_as_full_read(out: Path) -> None:
                                   full_history.sort_values(key).reset_index(drop=True))
 
 
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def calls(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[str]:
+    """The paths module.name (a function of one path) is called with from now on."""
     seen: list[str] = []
-    real = records_module._read
+    real = getattr(module, name)
 
     def counting(path: str):
         seen.append(path)
         return real(path)
 
-    monkeypatch.setattr(records_module, "_read", counting)
+    monkeypatch.setattr(module, name, counting)
     return seen
+
+
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    return calls(monkeypatch, records_module, "_read")
 
 
 @pytest.mark.parametrize("delta_share", [0.0, 1.0], ids=["new-base-each-time", "deltas-only"])
@@ -200,14 +205,7 @@ def test_a_record_write_stamps_its_gpu_directory_and_a_collect_stats_only_its_re
     write_record(out / "cells" / "p1" / "h100" / "stock",
                  Record(cell="p1/h100/stock", policy="p1", gpu="h100", torch="stock", exporter="lerobot_cuda",
                         status="failed", failed_step="check", max_diff=0.09, tolerance=0.075))
-    stats: list[str] = []
-    real = index_module._stat
-
-    def counting(path: str):
-        stats.append(path)
-        return real(path)
-
-    monkeypatch.setattr(index_module, "_stat", counting)
+    stats = calls(monkeypatch, index_module, "_stat")
     cells, _ = load_indexed(out)
     assert sorted(Path(p).parent.name for p in stats if p.endswith("record.json")) == ["pr202785", "stock"]
     assert len(stats) == 1 + 8 + 14 + 2, "cells/, 8 policy and 14 gpu directories, 2 records"
