@@ -157,9 +157,10 @@ def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -
 def _write_changed(path: Path, text: str) -> bool:
     """Write the file (atomically) unless it already holds text: after a rerun most outputs stay the same, and
     reading is cheaper than writing and syncing."""
-    if not _stale(path, text):
+    data = text.encode()  # once: cells.csv is tens of MB at 100,000 records
+    if not _stale(path, data):
         return False
-    write_bytes_atomic(path, text)
+    write_bytes_atomic(path, data)
     return True
 
 
