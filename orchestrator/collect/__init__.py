@@ -239,7 +239,7 @@ def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, c
         write_bytes_atomic(into, spliced[1])
     counts = pd.Series([s for piece in done.slices.values() for s in piece.symbols]).value_counts()
     summary = last_collect.Last(done.records, {str(s): int(n) for s, n in counts.items()})
-    if key is not None:  # a narrowed collect's outputs are new files: the full one's no longer stand
+    if key is not None:  # a narrowed collect (policy=...) keeps neither: its outputs are not the whole table
         if done.computed != set() or written & set(slice_store.CSV_FILES):  # else the kept ones still stand
             slice_store.save(root, done.slices, assemble.table_order(done.slices, settings), key, out_dir)
         last_collect.save(root, key, out_dir, OUTPUTS, summary)
