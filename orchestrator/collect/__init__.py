@@ -48,11 +48,6 @@ class Collected:
     previous: pd.DataFrame | None = None  # the kept matrix rows of the computed policies (changes.md)
 
 
-def settings_from(composed: Composed, overrides: list[str]) -> Settings:
-    """Knobs, table order, labels and build fixes from the composed config; the catalog from its config dirs."""
-    return _settings(_plain_settings(composed, overrides))
-
-
 def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
     """What collect takes from the composed config, as JSON (config_cache.py keeps it)."""
     from ..cells import expand
@@ -234,18 +229,13 @@ def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, c
     previous = done.previous if done.computed is not None else changes_md.read_previous(matrix_csv)
     lines = changes_md.changes(previous, done.matrix, settings)
     written = {name for name, text in done.outputs.items() if _write_changed(out_dir / name, text)}
-    _write_changed(out_dir / CHANGES, changes_md.render(lines))
-    if spliced is not None and spliced[0] != spliced[1]:
-        write_bytes_atomic(into, spliced[1])
     counts = pd.Series([s for piece in done.slices.values() for s in piece.symbols]).value_counts()
     summary = last_collect.Last(done.records, {str(s): int(n) for s, n in counts.items()})
     if key is not None:  # a narrowed collect (policy=...) keeps neither: its outputs are not the whole table
         if done.computed != set() or written & set(slice_store.CSV_FILES):  # else the kept ones still stand
             slice_store.save(root, done.slices, assemble.table_order(done.slices, settings), key, out_dir)
         last_collect.save(root, key, out_dir, OUTPUTS, summary)
-    print(changes_md.render(lines), end="")
-    _print_summary(summary, out_dir, into)
-    return 0
+    return _report(lines, spliced, summary, out_dir, into)
 
 
 def _nothing_changed(last: last_collect.Last, out_dir: Path, into: Path | None, check: bool) -> int:
@@ -253,7 +243,13 @@ def _nothing_changed(last: last_collect.Last, out_dir: Path, into: Path | None, 
     spliced = splice_file(into, (out_dir / "matrix.md").read_text()) if into is not None else None
     if check:
         return _checked([], spliced, last.records, out_dir, into)
-    text = changes_md.render([])
+    return _report([], spliced, last, out_dir, into)
+
+
+def _report(lines: list[str], spliced: tuple[bytes, bytes] | None, last: last_collect.Last, out_dir: Path,
+            into: Path | None) -> int:
+    """changes.md and --into's FILE written, the changes and the summary printed."""
+    text = changes_md.render(lines)
     _write_changed(out_dir / CHANGES, text)
     if spliced is not None and spliced[0] != spliced[1]:
         write_bytes_atomic(into, spliced[1])

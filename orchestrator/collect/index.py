@@ -73,6 +73,13 @@ def _stat(path: str) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
+def identities(out_dir: Path, names: tuple[str, ...]) -> list[list[int]] | None:
+    """Each file's identity (inode, mtime in ns, size) as JSON keeps it, None where one is missing: the outputs
+    and the stores beside them (last_collect.py, slice_store.py) are checked by it, as records are."""
+    found = [_stat(os.path.join(out_dir, name)) for name in names]
+    return None if None in found else [list(identity) for identity in found if identity is not None]
+
+
 class Index:
     def __init__(self, out_dir: Path) -> None:
         self.root = Path(out_dir) / INDEX_DIR

@@ -9,13 +9,13 @@ stale file means rendering as usual.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
 from ..atomic import write_bytes_atomic
+from .index import identities
 
 LAST_FILE = "last.json"
 
@@ -26,26 +26,14 @@ class Last:
     counts: dict[str, int]  # policy x GPU cells by symbol
 
 
-def _identities(out_dir: Path, names: tuple[str, ...]) -> list[list[int]] | None:
-    found = []
-    for name in names:
-        try:
-            st = os.stat(out_dir / name)
-        except OSError:
-            return None
-        found.append([st.st_ino, st.st_mtime_ns, st.st_size])
-    return found
-
-
 def save(root: Path, key: str, out_dir: Path, names: tuple[str, ...], last: Last) -> None:
     """Remember the outputs just written (a file that cannot be written costs the next collect time only)."""
-    identities = _identities(out_dir, names)
+    found = identities(out_dir, names)
     try:
-        if identities is None:
+        if found is None:
             (root / LAST_FILE).unlink(missing_ok=True)
             return
-        write_bytes_atomic(root / LAST_FILE, orjson.dumps({"key": key, "outputs": dict(zip(names, identities,
-                                                                                         strict=True)),
+        write_bytes_atomic(root / LAST_FILE, orjson.dumps({"key": key, "outputs": dict(zip(names, found, strict=True)),
                                                            "records": last.records, "counts": last.counts}))
     except OSError:
         pass
@@ -55,7 +43,7 @@ def current(root: Path, key: str, out_dir: Path, names: tuple[str, ...]) -> Last
     """The last collect's summary where its outputs are still the files it wrote under this digest, else None."""
     try:
         data = orjson.loads((root / LAST_FILE).read_bytes())
-        if data["key"] != key or data["outputs"] != dict(zip(names, _identities(out_dir, names) or [],
+        if data["key"] != key or data["outputs"] != dict(zip(names, identities(out_dir, names) or [],
                                                              strict=False)):
             return None
         return Last(records=int(data["records"]), counts={str(k): int(v) for k, v in data["counts"].items()})

@@ -5,15 +5,14 @@ and this package's collect code) and beside the cells.csv and matrix.csv written
 size): a slice's CSV rows are not stored twice but cut from those files (the store keeps where each policy's rows
 start), and the next collect computes changes.md from the kept matrix rows of the policies it computes again,
 which is right only while matrix.csv is the one they were written with. The builds, versions and fixes, the same
-for most policies, are stored once each. Anything else (missing, foreign, stale) means computing every slice, as a first
-collect does.
+for most policies, are stored once each. Anything else (missing, foreign, stale) means computing every slice, as a
+first collect does.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, fields
 from functools import cache
 from pathlib import Path
@@ -24,6 +23,7 @@ import pyarrow as pa
 
 from ..jsonio import loads
 from .arrow_files import read_table, write_table
+from .index import identities
 from .settings import Settings
 from .slices import CELLS_HEADER, MATRIX_HEADER, SMALL, Slice
 
@@ -53,20 +53,17 @@ def digest(settings: Settings, selection: object) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def _identities(out_dir: Path) -> bytes:
-    try:
-        stats = [os.stat(out_dir / name) for name in CSV_FILES]
-    except OSError:
-        return b""
-    return " ".join(f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}" for st in stats).encode()
+def _files(out_dir: Path) -> bytes:
+    found = identities(out_dir, CSV_FILES)
+    return b"" if found is None else orjson.dumps(found)
 
 
 def load(root: Path, key: str, out_dir: Path) -> dict[str, Slice] | None:
     table = read_table(root / STORE_FILE)
     if table is None or table.column_names != COLUMNS:
         return None
-    metadata, identities = table.schema.metadata or {}, _identities(out_dir)
-    if not identities or metadata.get(DIGEST_KEY) != key.encode() or metadata.get(FILES_KEY) != identities:
+    metadata, files = table.schema.metadata or {}, _files(out_dir)
+    if not files or metadata.get(DIGEST_KEY) != key.encode() or metadata.get(FILES_KEY) != files:
         return None
     try:
         cells_text, matrix_text = ((out_dir / name).read_text() for name in CSV_FILES)
@@ -102,7 +99,7 @@ def save(root: Path, slices: dict[str, Slice], order: list[str], key: str, out_d
     span = pa.list_(pa.int64(), 2)
     table = pa.table({"policy": pa.array(order, pa.string()), "cells_at": pa.array(cells_at, span),
                       "matrix_at": pa.array(matrix_at, span), "small": pa.array(small, pa.large_string())},
-                     metadata={DIGEST_KEY: key.encode(), FILES_KEY: _identities(out_dir),
+                     metadata={DIGEST_KEY: key.encode(), FILES_KEY: _files(out_dir),
                                SHARED_KEY: b"[" + b",".join(shared) + b"]"})
     try:
         root.mkdir(parents=True, exist_ok=True)
