@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import random
 import re
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.collect.catalog import load_catalog
-from orchestrator.collect.render_md import md_text
+from orchestrator.collect.render_md import _escaped, md_text
 from orchestrator.collect.rules import join_ids, short_fixes
 from orchestrator.config import PACKAGE_CONF
 from orchestrator.record import Record, read_record, write_record
@@ -257,6 +258,18 @@ def test_text_safety(tmp_path: Path) -> None:
     assert md_text("a\nb | c\r\n<d>") == "a b \\| c &lt;d&gt;"
     cells = list(csv.DictReader(io.StringIO((tmp_path / "cells.csv").read_text())))
     assert next(c for c in cells if c["id"] == "molmoact2/h100/stock")["error"] == NASTY.replace("\r\n", "\n")
+
+
+def test_md_text_leaves_plain_names_as_the_full_escape_would() -> None:
+    """md_text returns names with no special character as they are; every text must come out as _escaped makes it."""
+    rng = random.Random(7)
+    alphabet = "aZ09.,:/+=()#-_ *`|[]~$&<>\\\n\tü✅"
+    texts = ["act", "pi0_fast", "policy00017", "wall_x/h100/stock", "_lone", "a  b", "x" * 40, "", "1.5e-3"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(2000)]
+    for text in texts:
+        for limit in (None, 0, 5):
+            assert md_text(text, limit) == _escaped(text, limit), (text, limit)
+    assert md_text("x" * 40, 5) == "xxxx…"
 
 
 README = ("# Project\n\nSome text with trailing spaces   \nand unicode: ✅ — ünïcödé\n\n"

@@ -84,6 +84,29 @@ def test_kept_slices_give_the_bytes_of_a_collect_from_scratch(tmp_path: Path, co
     assert (out / "changes.md").read_text().endswith("Nothing changed.\n")
 
 
+def test_kept_slices_stay_right_over_collects_that_each_add_versions(tmp_path: Path,
+                                                                     computed: list[set[str]]) -> None:
+    """A kept slice's stored JSON is written again as it was, numbering the shared values as its store did: the
+    store a collect leaves must read back to the slices a collect from scratch computes, collect after collect."""
+    out = tmp_path / "out"
+    for policy in ("act", "diffusion", "pi0"):
+        for gpu in ("h100", "a100"):
+            passed(out, f"{policy}/{gpu}/stock", versions={"torch": "2.15.0", "gpu_name": f"NVIDIA {gpu.upper()}"})
+    assert collect(out, matrix=POLICIES) == 0
+    for round_, policy in enumerate(("pi0", "act", "diffusion", "pi0"), start=1):
+        passed(out, f"{policy}/h100/stock", versions={"torch": f"2.15.{round_}", "gpu_name": "NVIDIA H100"})
+        computed.clear()
+        assert collect(out, matrix=POLICIES) == 0
+        assert policy in computed[-1] and not {"act", "diffusion", "pi0"} <= computed[-1], computed
+        scratch = tmp_path / f"scratch{round_}"
+        shutil.copytree(out, scratch)
+        (scratch / INDEX_DIR / STORE_FILE).unlink()
+        assert collect(scratch, matrix=POLICIES) == 0
+        for name in OUTPUTS[:-1]:
+            assert (out / name).read_text() == (scratch / name).read_text(), f"round {round_}: {name} differs"
+        assert f"torch 2.15.{round_}" in (out / "matrix.md").read_text()
+
+
 def test_a_matrix_csv_edited_since_makes_a_collect_from_scratch(tmp_path: Path, computed: list[set[str]]) -> None:
     """changes.md compares with matrix.csv as it is: kept slices would compare with what it was."""
     out = tmp_path / "out"

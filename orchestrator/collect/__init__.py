@@ -42,7 +42,7 @@ CHANGES = "changes.md"
 class Collected:
     slices: dict[str, Slice]  # one per policy of the matrix
     matrix: pd.DataFrame  # the matrix rows of the policies computed (all of them, unless slices were kept)
-    outputs: dict[str, str]  # file name under DIR -> its text
+    outputs: dict[str, str | bytes]  # file name under DIR -> its text
     records: int  # the cells collected, standalone repros included
     computed: set[str] | None = None  # the policies computed (None: all); the others' slices were kept
     previous: pd.DataFrame | None = None  # the kept matrix rows of the computed policies (changes.md)
@@ -144,15 +144,16 @@ def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -
                                                                             if e[0] in need]), listed & need)
     slices = {p: piece for p, piece in kept.items() if p not in need} | fresh
     repro_cells, _ = frames(table.filter(pc.invert(ordinary)))
-    previous = changes_md.read_matrix_csv(MATRIX_HEADER + "".join(kept[p].matrix_csv for p in need if p in kept))
+    previous = changes_md.read_matrix_csv(MATRIX_HEADER + b"".join(kept[p].matrix_csv for p in need
+                                                                    if p in kept).decode())
     return Collected(slices, matrix, assemble.outputs(slices, repro_table(repro_cells, settings), settings),
                      sum(piece.records for piece in slices.values()) + len(repro_cells), need, previous)
 
 
-def _write_changed(path: Path, text: str) -> bool:
+def _write_changed(path: Path, text: str | bytes) -> bool:
     """Write the file (atomically) unless it already holds text: after a rerun most outputs stay the same, and
     reading is cheaper than writing and syncing."""
-    data = text.encode()  # once: cells.csv is tens of MB at 100,000 records
+    data = text.encode() if isinstance(text, str) else text  # once: cells.csv is tens of MB at 100,000 records
     if not _stale(path, data):
         return False
     write_bytes_atomic(path, data)
@@ -160,11 +161,11 @@ def _write_changed(path: Path, text: str) -> bool:
 
 
 def _stale(path: Path, expected: str | bytes) -> bool:
-    try:
-        current = path.read_bytes()
+    data = expected.encode() if isinstance(expected, str) else expected
+    try:  # a file of another size differs: not read (cells.csv is tens of MB)
+        return path.stat().st_size != len(data) or path.read_bytes() != data
     except OSError:  # missing or unreadable: written again (or reported by --check)
         return True
-    return current != (expected.encode() if isinstance(expected, str) else expected)
 
 
 def kept_settings(overrides: list[str], config_dir: Path | None) -> tuple[Settings, dict[str, Any]]:

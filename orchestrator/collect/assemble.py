@@ -69,12 +69,12 @@ def summary(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) 
         cell_rows=rows[:MAX_CELL_ROWS])
 
 
-def outputs(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) -> dict[str, str]:
-    """Each output's text, by file name."""
+def outputs(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) -> dict[str, str | bytes]:
+    """Each output's text, by file name (the CSV files already encoded: tens of MB at 100,000 records)."""
     shown = summary(slices, repros, settings)
     return {
-        "cells.csv": CELLS_HEADER + "".join(slices[p].cells_csv for p in shown.policies),
-        "matrix.csv": MATRIX_HEADER + "".join(slices[p].matrix_csv for p in shown.policies),
+        "cells.csv": CELLS_HEADER.encode() + b"".join(slices[p].cells_csv for p in shown.policies),
+        "matrix.csv": MATRIX_HEADER.encode() + b"".join(slices[p].matrix_csv for p in shown.policies),
         "repros.csv": repros.to_csv(index=False, lineterminator="\n"),
         "matrix.md": render_md.render(shown, settings),
         "report.html": render_html.render(shown, settings),

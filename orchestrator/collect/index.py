@@ -49,6 +49,7 @@ DELTA_FILE = "delta.arrow"
 DIRS_FILE = "dirs.arrow"
 CLOCK_FILE = "clock"
 IDENTITY = ("ino", "mtime_ns", "size")
+MAX_RUNS = 64  # a merged table in more runs than this is copied into one
 DELTA_SHARE = 0.02  # a delta holding more than this share of the rows is folded into a new base: each of its
 # rows splits the base into one more run to splice (a delta of 9,000 rows at 100,000 took 0.4 s)
 
@@ -228,8 +229,10 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True) -> Indexe
     else:
         source = pa.concat_tables([previous, fresh_table], promote_options="permissive") if len(new) else previous
         order = known.order(dropped, new["id"].tolist())
-    merged = _splice(source, order).combine_chunks()  # one chunk per column: pandas' Arrow strings are
-    # slow over the thousands of runs a merge splices (tables took 0.9 s instead of 0.5 at 100,000 records)
+    merged = _splice(source, order)
+    if merged.num_columns and merged.column(0).num_chunks > MAX_RUNS:  # pandas' Arrow strings are slow over
+        merged = merged.combine_chunks()  # thousands of runs (0.9 s instead of 0.5 at 100,000 records); a few
+        # runs are not worth copying the table (tens of ms)
     changed_cells = None if previous is None else dropped
     if update and (fresh or previous is None or gone or stamps != known_dirs):
         from_delta = order[order >= index.base_rows] if previous is not None else order

@@ -3,10 +3,10 @@
 They hold under a digest of what else they depend on (the settings, the catalog, the selection, pandas' version
 and this package's collect code) and beside the cells.csv and matrix.csv written with them (inode, mtime and
 size): a slice's CSV rows are not stored twice but cut from those files (the store keeps where each policy's rows
-start), and the next collect computes changes.md from the kept matrix rows of the policies it computes again,
-which is right only while matrix.csv is the one they were written with. The builds, versions and fixes, the same
-for most policies, are stored once each. Anything else (missing, foreign, stale) means computing every slice, as a
-first collect does.
+start, in bytes), and the next collect computes changes.md from the kept matrix rows of the policies it computes
+again, which is right only while matrix.csv is the one they were written with. The builds, versions and fixes,
+the same for most policies, are stored once each. Anything else (missing, foreign, stale) means computing every
+slice, as a first collect does.
 """
 
 from __future__ import annotations
@@ -66,17 +66,19 @@ def load(root: Path, key: str, out_dir: Path) -> dict[str, Slice] | None:
     if not files or metadata.get(DIGEST_KEY) != key.encode() or metadata.get(FILES_KEY) != files:
         return None
     try:
-        cells_text, matrix_text = ((out_dir / name).read_text() for name in CSV_FILES)
+        cells_data, matrix_data = ((out_dir / name).read_bytes() for name in CSV_FILES)
         shared = loads(metadata[SHARED_KEY])
+        stored_shared = [orjson.dumps(value) for value in shared]
         names, cells_at, matrix_at, small = (table.column(c).to_pylist() for c in COLUMNS)
-        if cells_at and (cells_at[-1][1] != len(cells_text) or matrix_at[-1][1] != len(matrix_text)):
+        if cells_at and (cells_at[-1][1] != len(cells_data) or matrix_at[-1][1] != len(matrix_data)):
             return None
         slices = {}
         for name, (c0, c1), (m0, m1), text in zip(names, cells_at, matrix_at, small, strict=True):
             fields_ = loads(text)
             for field_ in SHARED:  # one object for the slices with the same value: read, never changed
                 fields_[field_] = shared[fields_[field_]]
-            slices[name] = Slice(cells_csv=cells_text[c0:c1], matrix_csv=matrix_text[m0:m1], **fields_)
+            slices[name] = Slice(cells_csv=cells_data[c0:c1], matrix_csv=matrix_data[m0:m1],
+                                 stored=(stored_shared, text), **fields_)
         return slices
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
@@ -84,14 +86,19 @@ def load(root: Path, key: str, out_dir: Path) -> dict[str, Slice] | None:
 
 def save(root: Path, slices: dict[str, Slice], order: list[str], key: str, out_dir: Path) -> None:
     """Keep the slices with the cells.csv and matrix.csv just written, whose rows are theirs in `order` (a store
-    that cannot be written costs time only)."""
-    shared: dict[bytes, int] = {}
+    that cannot be written costs time only). A kept slice's JSON is written as it was read, numbering the shared
+    values as its store did; the store's values no longer used stay until a collect computes every slice."""
+    base = next((piece.stored[0] for piece in slices.values() if piece.stored is not None), [])
+    shared: dict[bytes, int] = {value: number for number, value in enumerate(base)}
     cells_at, matrix_at, small = [], [], []
-    cells_end, matrix_end = len(CELLS_HEADER), len(MATRIX_HEADER)
+    cells_end, matrix_end = len(CELLS_HEADER.encode()), len(MATRIX_HEADER.encode())
     for name in order:
         piece = slices[name]
         cells_at.append([cells_end, cells_end := cells_end + len(piece.cells_csv)])
         matrix_at.append([matrix_end, matrix_end := matrix_end + len(piece.matrix_csv)])
+        if piece.stored is not None and piece.stored[0] is base:
+            small.append(piece.stored[1])
+            continue
         fields_ = {k: getattr(piece, k) for k in SMALL}
         for field_ in SHARED:
             fields_[field_] = shared.setdefault(orjson.dumps(fields_[field_]), len(shared))

@@ -40,8 +40,8 @@ MATRIX_HEADER = csv_header(MATRIX_COLUMNS)
 class Slice:
     """What the outputs take from one policy (a policy the matrix expects without records has matrix rows only)."""
 
-    cells_csv: str = ""  # its cells.csv rows, in table order
-    matrix_csv: str = ""  # its matrix.csv rows, in table order
+    cells_csv: bytes = b""  # its cells.csv rows, in table order (UTF-8: a kept slice's are cut from the file)
+    matrix_csv: bytes = b""  # its matrix.csv rows, in table order
     md: dict[str, str] = field(default_factory=dict)  # GPU -> its matrix.md cell
     html: dict[str, str] = field(default_factory=dict)  # GPU -> its report.html cell
     symbols: list[str] = field(default_factory=list)  # of its matrix rows
@@ -53,6 +53,8 @@ class Slice:
     records: int = 0
     newest: str = ""  # the latest ended_at of its records
     rows: list[list[str]] | None = None  # [html, status, failures] of report.html's cells table, when computed
+    stored: tuple[list[bytes], str] | None = field(default=None, compare=False, repr=False)  # as slice_store.py
+    # read it: the store's shared values and this slice's SMALL fields' JSON, written again as they were
 
 
 SMALL = (  # the fields slice_store.py keeps as JSON
@@ -119,12 +121,12 @@ def compute(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
     return slices, matrix
 
 
-def _csv_by_policy(frame: pd.DataFrame) -> dict[str, str]:
+def _csv_by_policy(frame: pd.DataFrame) -> dict[str, bytes]:
     """Each policy's rows of frame's CSV text, in frame's order."""
     texts: dict[str, list[str]] = defaultdict(list)
     for policy, text in zip(frame["policy"].tolist(), csv_rows(frame), strict=True):
         texts[policy].append(text)
-    return {policy: "".join(rows) for policy, rows in texts.items()}
+    return {policy: "".join(rows).encode() for policy, rows in texts.items()}
 
 
 def listed_policies(records: dict[str, int]) -> set[str]:
