@@ -14,6 +14,7 @@ import pytest
 
 from orchestrator.collect import index as index_module
 from orchestrator.collect import records as records_module
+from orchestrator.collect.arrow_files import read_table
 from orchestrator.collect.index import INDEX_DIR, load_indexed
 from orchestrator.collect.records import load_records
 from orchestrator.record import Record, start_attempt, write_record
@@ -82,9 +83,12 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls(monkeypatch, records_module, "_read")
 
 
+@pytest.mark.parametrize("max_runs", [64, 0], ids=["runs-kept", "runs-combined"])
 @pytest.mark.parametrize("delta_share", [0.0, 1.0], ids=["new-base-each-time", "deltas-only"])
-def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monkeypatch, delta_share) -> None:
+def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monkeypatch, delta_share,
+                                                                max_runs) -> None:
     monkeypatch.setattr(index_module, "DELTA_SHARE", delta_share)
+    monkeypatch.setattr(index_module, "MAX_RUNS", max_runs)  # frames() converts the runs as they are, or one copy
     same_as_full_read(out)  # cold: no index yet, everything read, the index written
     assert (out / INDEX_DIR / "cells.arrow").exists()
     base = (out / INDEX_DIR / "cells.arrow").read_bytes()
@@ -105,6 +109,7 @@ def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monke
     load_indexed(out)
     assert seen == [], "records read into the last index were read again"
     assert ((out / INDEX_DIR / "cells.arrow").read_bytes() == base) == (delta_share == 1.0)
+    assert read_table(out / INDEX_DIR / "cells.arrow").column(0).num_chunks == 1, "a base not written as one batch"
     assert (out / INDEX_DIR / "delta.arrow").exists() == (delta_share == 1.0)
 
     late = out / "cells" / "p3" / "a100" / "nightly"  # a cell directory that has no record yet ...

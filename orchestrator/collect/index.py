@@ -49,7 +49,7 @@ DELTA_FILE = "delta.arrow"
 DIRS_FILE = "dirs.arrow"
 CLOCK_FILE = "clock"
 IDENTITY = ("ino", "mtime_ns", "size")
-MAX_RUNS = 64  # a merged table in more runs than this is copied into one
+MAX_RUNS = 64  # a table in more runs than this is copied into one before pandas converts it
 DELTA_SHARE = 0.02  # a delta holding more than this share of the rows is folded into a new base: each of its
 # rows splits the base into one more run to splice (a delta of 9,000 rows at 100,000 took 0.4 s)
 
@@ -120,7 +120,7 @@ class Index:
         try:
             if delta is None:
                 self.token = secrets.token_hex(8).encode()
-                write_table(self.root / CELLS_FILE, self._stamped(merged))
+                write_table(self.root / CELLS_FILE, self._stamped(merged.combine_chunks()))  # one batch
                 (self.root / DELTA_FILE).unlink(missing_ok=True)  # an old delta names the old base's token
             else:
                 write_table(self.root / DELTA_FILE, self._stamped(delta.combine_chunks()))
@@ -229,10 +229,8 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True) -> Indexe
     else:
         source = pa.concat_tables([previous, fresh_table], promote_options="permissive") if len(new) else previous
         order = known.order(dropped, new["id"].tolist())
-    merged = _splice(source, order)
-    if merged.num_columns and merged.column(0).num_chunks > MAX_RUNS:  # pandas' Arrow strings are slow over
-        merged = merged.combine_chunks()  # thousands of runs (0.9 s instead of 0.5 at 100,000 records); a few
-        # runs are not worth copying the table (tens of ms)
+    merged = _splice(source, order)  # in runs: copying them into one chunk takes 0.3 s at 100,000 rows, and a
+    # collect that keeps slices reads only the changed policies' rows (frames() copies what it converts)
     changed_cells = None if previous is None else dropped
     if update and (fresh or previous is None or gone or stamps != known_dirs):
         from_delta = order[order >= index.base_rows] if previous is not None else order
@@ -247,6 +245,8 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True) -> Indexe
 
 def frames(table: pa.Table) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cells, history) of the index's rows."""
+    if table.num_columns and table.column(0).num_chunks > MAX_RUNS:  # pandas' Arrow strings are slow over
+        table = table.combine_chunks()  # thousands of runs (0.9 s instead of 0.5 at 100,000 records)
     frame = table.to_pandas()
     frame["reproduced"] = frame["reproduced"].astype(object)  # True, False or None, as a full read has it
     past_rows = [tuple(r) for text in frame["history"].dropna() for r in json.loads(text)]
