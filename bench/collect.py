@@ -9,9 +9,10 @@ one run: every record.json parsed (one thread, and 4) for scale; the first colle
 when nothing changed; one after a single record was rewritten (as a job writes it: renamed into place, its gpu
 directory stamped); one with nothing changed after that (the index then has a delta); after 1 % of the records
 were rewritten at random (scattered); after every record of 1 % worth of policies was (clustered: a rerun of
-whole policies); and the same records with every policy computed again, checked byte-equal. Prints a line per
-size and the growth factor per 10x records, and writes bench/results/collect.json. The files are freshly written,
-so they are in the page cache: a cold read from network storage will be slower.
+whole policies); one record again (the index then has a large delta); and the same records with every policy
+computed again, checked byte-equal. Prints a line per size and the growth factor per 10x records, and writes
+bench/results/collect.json. The files are freshly written, so they are in the page cache: a cold read from
+network storage will be slower.
 """
 
 from __future__ import annotations
@@ -177,6 +178,8 @@ def bench(root: Path, count: int, rewrite_seed: int = 1) -> dict:
     picked = set(rng.sample(policies, max(round(count / 100 / per_policy), 1)))
     clustered = rewrite(root, [path for path in paths if path.parts[-4] in picked], rewrite_seed + 1)
     timings["clustered"] = run(root)
+    rewrite(root, rng.sample(paths, 1), rewrite_seed + 2)
+    timings["one_record_after"] = run(root)  # the index's delta now holds the rows of the last two changes
     kept = outputs(root)
     (root / INDEX_DIR / STORE_FILE).unlink()
     (root / INDEX_DIR / LAST_FILE).unlink()  # else nothing changed since the last collect: nothing rendered
@@ -215,7 +218,8 @@ def main() -> int:
                   f"nothing changed after it {result['nothing_changed_after']:5.2f} s, 1% scattered "
                   f"({result['scattered_records']} records) {result['scattered']:5.2f} s, 1% clustered "
                   f"({result['clustered_records']} records of {result['clustered_policies']} policies) "
-                  f"{result['clustered']:5.2f} s; the same from scratch {result['scratch_after']:6.2f} s", flush=True)
+                  f"{result['clustered']:5.2f} s, one record after those {result['one_record_after']:5.2f} s; "
+                  f"the same from scratch {result['scratch_after']:6.2f} s", flush=True)
             if not keep:
                 shutil.rmtree(root)
     finally:
