@@ -139,7 +139,8 @@ def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -
     fresh, matrix = {}, pd.DataFrame(columns=MATRIX_COLUMNS)
     if need:
         wanted = pa.array(sorted(need), type=table.schema.field("policy").type)
-        cells, history = frames(table.filter(pc.and_(ordinary, pc.is_in(table.column("policy"), value_set=wanted))))
+        rows = pc.indices_nonzero(pc.and_(ordinary, pc.is_in(table.column("policy"), value_set=wanted)))
+        cells, history = frames(table.take(rows))  # one chunk, where filter keeps the index's runs
         fresh, matrix = compute(cells, history, replace(settings, expected=[e for e in settings.expected
                                                                             if e[0] in need]), listed & need)
     slices = {p: piece for p, piece in kept.items() if p not in need} | fresh
