@@ -139,16 +139,21 @@ def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -
     fresh, matrix = {}, pd.DataFrame(columns=MATRIX_COLUMNS)
     if need:
         wanted = pa.array(sorted(need), type=table.schema.field("policy").type)
-        rows = pc.indices_nonzero(pc.and_(ordinary, pc.is_in(table.column("policy"), value_set=wanted)))
-        cells, history = frames(table.take(rows))  # one chunk, where filter keeps the index's runs
+        cells, history = frames(_rows(table, pc.and_(ordinary, pc.is_in(table.column("policy"), value_set=wanted))))
         fresh, matrix = compute(cells, history, replace(settings, expected=[e for e in settings.expected
                                                                             if e[0] in need]), listed & need)
     slices = {p: piece for p, piece in kept.items() if p not in need} | fresh
-    repro_cells, _ = frames(table.filter(pc.invert(ordinary)))
+    repro_cells, _ = frames(_rows(table, pc.invert(ordinary)))
     previous = changes_md.read_matrix_csv(MATRIX_HEADER + b"".join(kept[p].matrix_csv for p in need
                                                                     if p in kept).decode())
     return Collected(slices, matrix, assemble.outputs(slices, repro_table(repro_cells, settings), settings),
                      sum(piece.records for piece in slices.values()) + len(repro_cells), need, previous)
+
+
+def _rows(table: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
+    """The rows where mask is true, in one chunk: a filter keeps the index's runs (thousands after a scattered
+    rerun), which pandas then converts slowly or frames() copies again (0.3 s at 100,000 records)."""
+    return table.take(pc.indices_nonzero(mask))
 
 
 def _write_changed(path: Path, text: str | bytes) -> bool:
