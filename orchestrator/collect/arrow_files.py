@@ -22,6 +22,8 @@ def read_table(path: Path) -> pa.Table | None:
 
 
 def write_table(path: Path, table: pa.Table) -> None:
-    """One record batch: a table read back is then one chunk per column, which needs no combining (copying)."""
+    """One record batch: a table read back is then one chunk per column, which needs no combining (copying). A
+    table in runs (a merged index) is combined here; one already in one chunk is not copied."""
+    table = table.combine_chunks()
     write_atomic(path, lambda handle: feather.write_feather(table, handle, compression="uncompressed",
                                                             chunksize=max(table.num_rows, 1)))

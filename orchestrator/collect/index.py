@@ -120,10 +120,10 @@ class Index:
         try:
             if delta is None:
                 self.token = secrets.token_hex(8).encode()
-                write_table(self.root / CELLS_FILE, self._stamped(merged.combine_chunks()))  # one batch
+                write_table(self.root / CELLS_FILE, self._stamped(merged))
                 (self.root / DELTA_FILE).unlink(missing_ok=True)  # an old delta names the old base's token
             else:
-                write_table(self.root / DELTA_FILE, self._stamped(delta.combine_chunks()))
+                write_table(self.root / DELTA_FILE, self._stamped(delta))
             if dirs is not None:
                 dirs_frame = pd.DataFrame({"path": list(dirs), "mtime_ns": list(dirs.values())})
                 write_table(self.root / DIRS_FILE, pa.Table.from_pandas(dirs_frame, preserve_index=False))
