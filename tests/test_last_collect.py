@@ -36,13 +36,13 @@ def contents(out: Path) -> dict[str, bytes]:
     return {name: (out / name).read_bytes() for name in FILES}
 
 
-def from_scratch(out: Path, tmp_path: Path) -> dict[str, bytes]:
+def from_scratch(out: Path, tmp_path: Path, *args: str) -> dict[str, bytes]:
     """What a collect of the same records writes without an index, after a collect of them already ran."""
     scratch = tmp_path / "scratch"
     shutil.rmtree(scratch, ignore_errors=True)
     shutil.copytree(out, scratch)
     shutil.rmtree(scratch / INDEX_DIR)
-    assert collect(scratch, matrix=POLICIES) == 0
+    assert collect(scratch, *args, matrix=POLICIES) == 0
     return contents(scratch)
 
 
@@ -96,9 +96,6 @@ def test_anything_changed_renders_again(tmp_path: Path, rendered: list[int], cha
     rendered.clear()
     assert collect(out, *args, matrix=POLICIES) == 0
     assert rendered == [1]
-    scratch = tmp_path / "scratch"
-    shutil.copytree(out, scratch)
-    shutil.rmtree(scratch / INDEX_DIR)
-    assert collect(scratch, *args, matrix=POLICIES) == 0
-    for name in FILES[:-1]:
-        assert (out / name).read_bytes() == (scratch / name).read_bytes(), name
+    scratch = from_scratch(out, tmp_path, *args)
+    for name in FILES[:-1]:  # changes.md: the scratch collect finds matrix.csv already up to date
+        assert (out / name).read_bytes() == scratch[name], name
