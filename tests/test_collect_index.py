@@ -125,7 +125,9 @@ def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monke
     load_indexed(out)
     assert seen == [], "a record was read though no gpu directory changed"
     shutil.rmtree(out / "cells" / "p5" / "h100")  # a gpu's cells removed
-    age(path, path.parent.parent, out / "cells" / "p5")  # the edited record's gpu directory touched, as documented
+    shutil.rmtree(out / "cells" / "p7" / "a100" / "stock")  # a cell removed whose row is in the delta
+    age(path, path.parent.parent, out / "cells" / "p5", out / "cells" / "p7" / "a100")  # the edited record's gpu
+    # directory touched, as documented
     cell_dir = out / "cells" / "p0" / "h100" / "stock"
     attempt = start_attempt(cell_dir)  # a rerun: attempt 1 archived, attempt 2 near the limit
     put(out, "p0/h100/stock", status="passed", attempt=attempt, max_diff=0.07, tolerance=0.075)
@@ -133,6 +135,7 @@ def test_index_matches_a_full_read_through_every_kind_of_change(out: Path, monke
     cells, history = load_indexed(out)
     assert cells.set_index("id").loc["p4/a100/stock", "status"] == "unreadable"
     assert not cells["id"].str.startswith("p5/h100/").any()
+    assert "p7/a100/stock" not in cells["id"].tolist()
     assert history["id"].tolist() == ["p0/h100/stock"]
 
     (out / INDEX_DIR / "cells.arrow").write_bytes(b"not an arrow file")  # a broken index: a full read again
