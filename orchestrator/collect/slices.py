@@ -12,14 +12,16 @@ records did not change (tests/test_slices.py: the same bytes either way).
 from __future__ import annotations
 
 import csv
+import functools
 import io
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import render_html
 from .catalog import NEW, flag_column
@@ -89,7 +91,7 @@ def _quoting_characters() -> str:
     return quoting
 
 
-_QUOTED = re.compile(f"[{re.escape(_quoting_characters())}]")
+QUOTING = _quoting_characters()
 
 
 def _csv_texts(column: pd.Series) -> list[str] | None:
@@ -101,17 +103,17 @@ def _csv_texts(column: pd.Series) -> list[str] | None:
         if dtype.kind == "f":
             texts[np.isnan(values)] = ""
         return texts.tolist()  # never quoted: digits, signs, ".", "e", "inf", True/False
-    if isinstance(dtype, pd.StringDtype) or pd.api.types.is_object_dtype(dtype):
-        values = column.to_numpy(dtype=object, copy=True)
-        missing = pd.isna(values)
-        values[missing] = ""
-        texts = values.tolist()
-        if not all(type(text) is str for text in texts):
-            return None
-        if _QUOTED.search("".join(texts)):
-            texts = [f'"{text.replace(chr(34), chr(34) * 2)}"' if _QUOTED.search(text) else text for text in texts]
-        return texts
-    return None
+    if not isinstance(dtype, pd.StringDtype) and not pd.api.types.is_object_dtype(dtype):
+        return None
+    try:  # text and missing values only (NaN and None are missing, as to pandas)
+        texts = pc.fill_null(pa.array(column, type=pa.string(), from_pandas=True), "")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    quoted = functools.reduce(pc.or_, [pc.match_substring(texts, character) for character in QUOTING])
+    if pc.any(quoted).as_py():
+        wrapped = pc.binary_join_element_wise('"', pc.replace_substring(texts, '"', '""'), '"', "")
+        texts = pc.if_else(quoted, wrapped, texts)
+    return texts.to_pylist()
 
 
 def _pandas_rows(frame: pd.DataFrame) -> list[str]:
