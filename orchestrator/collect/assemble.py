@@ -58,8 +58,8 @@ def summary(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) 
     parts = {policy: slices[policy].part for policy in policies if slices[policy].part is not None}
     return Summary(
         policies=policies, gpus=gpus,
-        md={(policy, gpu): text for policy in policies for gpu, text in slices[policy].md.items()},
-        html={(policy, gpu): text for policy in policies for gpu, text in slices[policy].html.items()},
+        md={policy: slices[policy].md for policy in policies},
+        html={policy: slices[policy].html for policy in policies},
         records=sum(piece.records for piece in slices.values()),
         newest=max((piece.newest for piece in slices.values()), default=""),
         new_failures=list(new.items()), logs=logs, failure_rows=failure_rows(parts, settings),

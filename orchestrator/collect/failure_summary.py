@@ -92,16 +92,12 @@ def policy_parts(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings) 
 
 def failure_rows(parts: dict[str, Part], settings: Settings) -> list[tuple[str, str, str, str, str]]:
     """The seed's summary table: every catalog entry with the policies seen hitting it (GPU noted when only some)."""
-    by_name = sorted(parts)
-    rows = []
-    for entry in settings.catalog.entries:
-        names = []
-        for policy in by_name:
-            note = parts[policy]["notes"].get(entry.id)
-            if note is not None:
-                names.append(f"{policy} ({note})" if note else policy)
-        rows.append((entry.id, entry.title, ", ".join(names) or "none yet", entry.repro, entry.fixed_by))
-    return rows
+    names: dict[str, list[str]] = defaultdict(list)  # failure id -> its policies, by name
+    for policy in sorted(parts):  # each policy's notes once, not once per catalog entry
+        for failure_id, note in parts[policy]["notes"].items():
+            names[failure_id].append(f"{policy} ({note})" if note else policy)
+    return [(entry.id, entry.title, ", ".join(names.get(entry.id, [])) or "none yet", entry.repro, entry.fixed_by)
+            for entry in settings.catalog.entries]
 
 
 def policy_line(parts: dict[str, Part]) -> str:

@@ -51,8 +51,9 @@ def render(summary: Summary, settings: Settings) -> str:
     out += [f"<th>{escape(settings.gpu_label(g))}</th>" for g in summary.gpus]
     out.append("</tr>")
     for policy in summary.policies:
+        cells = summary.html[policy]
         out.append(f"<tr><th>{escape(policy)}</th>")
-        out += [summary.html.get((policy, gpu), "<td></td>") for gpu in summary.gpus]
+        out += [cells.get(gpu, "<td></td>") for gpu in summary.gpus]
         out.append("</tr>")
     out += ["</table>", f"<p>{escape(LEGEND.format(at_limit=settings.at_limit))}</p>"]
     if summary.new_failures:

@@ -95,8 +95,8 @@ class Summary:
 
     policies: list[str]  # table order
     gpus: list[str]  # the recorded ones, in table order
-    md: dict[tuple[str, str], str]  # (policy, gpu) -> its matrix.md cell
-    html: dict[tuple[str, str], str]  # (policy, gpu) -> its report.html cell
+    md: dict[str, dict[str, str]]  # policy -> gpu -> its matrix.md cell (the slices' own dicts, not copied)
+    html: dict[str, dict[str, str]]  # policy -> gpu -> its report.html cell
     records: int  # policy export cells
     newest: str  # the latest ended_at of their records
     new_failures: list[tuple[str, list[str]]]  # (first error line, cell ids)
@@ -156,8 +156,8 @@ def render(summary: Summary, settings: Settings) -> str:
     lines.append("| policy | " + " | ".join(md_text(settings.gpu_label(g)) for g in summary.gpus) + " |")
     lines.append("| --- |" + " --- |" * len(summary.gpus))
     for policy in summary.policies:
-        texts = [summary.md.get((policy, g), "") for g in summary.gpus]
-        lines.append(f"| {md_text(policy)} | " + " | ".join(texts) + " |")
+        cells = summary.md[policy]
+        lines.append(f"| {md_text(policy)} | " + " | ".join([cells.get(g, "") for g in summary.gpus]) + " |")
     lines += ["", LEGEND.format(at_limit=settings.at_limit)]
     if summary.new_failures:
         lines += ["", "**New failures** (no entry of the failure catalog matches them):", ""]
