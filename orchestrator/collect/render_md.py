@@ -29,7 +29,8 @@ REPROS_HEAD = ("Standalone repros (orchestrator/repros/): does the row's failure
                "that ran it? A row that stops reproducing after a build change may be fixed.")
 MAX_CELLS_LISTED = 5
 _LONE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-_MD_SPECIAL = re.compile(r"([\\`*\[\]|~$])")
+_MD_CHARACTERS = "\\`*[]|~$"
+_MD_SPECIAL = re.compile(f"([{re.escape(_MD_CHARACTERS)}])")
 _PLAIN = re.compile(r"[A-Za-z0-9.,:/+=()#-]*")  # no character md_text escapes, and a single line (most names)
 
 
@@ -44,9 +45,10 @@ def _escaped(text: object, limit: int | None) -> str:
     flat = " ".join(str(text).split())
     if limit and len(flat) > limit:
         flat = flat[:limit - 1] + "…"
-    flat = _MD_SPECIAL.sub(r"\\\1", flat)
+    if any(character in flat for character in _MD_CHARACTERS):  # a scan each: the regex pass takes 30 ns a
+        flat = _MD_SPECIAL.sub(r"\\\1", flat)  # character (the policy line lists every policy: 0.04 s at 5,000)
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _LONE_UNDERSCORE.sub(r"\\_", flat)
+    return _LONE_UNDERSCORE.sub(r"\\_", flat) if "_" in flat else flat
 
 
 def repro_cells(row: dict, settings: Settings) -> list[str]:
