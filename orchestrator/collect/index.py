@@ -297,8 +297,14 @@ class _Known:
         for cell in self.delta:  # asks for a thousand directories, each scan of the delta was 2,000 compares
             self.delta_dirs.setdefault(cell.rpartition("/")[0], set()).add(cell)
 
+    @cached_property
+    def slashed(self) -> list[str]:
+        """The base's ids as they sort (_slash), so that a search compares strings without a key function: a
+        collect with a delta of 10,000 rows searched for each, 170,000 key calls (0.05 s)."""
+        return [_slash(cell) for cell in self.ids[:self.base_rows]]
+
     def _in_base(self, cell: str) -> int:
-        i = bisect_left(self.ids, _slash(cell), 0, self.base_rows, key=_slash)
+        i = bisect_left(self.slashed, _slash(cell))
         return i if i < self.base_rows and self.ids[i] == cell else -1
 
     def row(self, cell: str) -> int:
@@ -307,8 +313,8 @@ class _Known:
 
     def under(self, gpu_dir: str) -> set[str]:
         """The cells known in this gpu directory ("policy/gpu")."""
-        low = bisect_left(self.ids, gpu_dir + "/", 0, self.base_rows, key=_slash)
-        high = bisect_left(self.ids, gpu_dir + "0", low, self.base_rows, key=_slash)  # "0" follows "/"
+        low = bisect_left(self.slashed, gpu_dir + "/")
+        high = bisect_left(self.slashed, gpu_dir + "0", low)  # "0" follows "/"
         return set(self.ids[low:high]) | self.delta_dirs.get(gpu_dir, set())
 
     def order(self, dropped: set[str], fresh: list[str]) -> np.ndarray:
@@ -325,8 +331,8 @@ class _Known:
                        + list(range(count, count + len(fresh))), key=key)
         if not extra:
             return base
-        at = [bisect_left(base, key(row), key=lambda b: _slash(self.ids[b])) for row in extra]
-        return np.insert(base, at, extra)
+        in_base = [bisect_left(self.slashed, key(row)) for row in extra]  # where each goes among all base rows
+        return np.insert(base, np.searchsorted(base, in_base), extra)  # ... so among the current ones
 
 
 def _splice(source: pa.Table, order: np.ndarray) -> pa.Table:
