@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.collect.catalog import load_catalog
+from orchestrator.collect.catalog import flag_column, load_catalog
+from orchestrator.collect.failure_summary import build_notes
 from orchestrator.collect.render_md import _escaped, md_text
 from orchestrator.collect.rules import join_ids, short_fixes
 from orchestrator.config import PACKAGE_CONF
@@ -435,3 +436,25 @@ def test_vectorized_failure_matching_and_joining_equal_the_row_by_row_answers() 
     for row in range(len(series)):
         assert joined.iloc[row] == " ".join(i for i in catalog.ids if flags.iloc[row][f"f:{i}"])
     assert set(joined) >= {"", "2", "3", "detach_copy split_copy"}
+
+
+def test_build_notes_name_where_a_policy_hit_a_failure() -> None:
+    """"stock torch" when every stock build hit it, else the builds by name, and "other builds" past 62 builds;
+    a policy or failure not asked for gets no note."""
+    hit = flag_column("3")
+    rows = [{"policy": "big", "torch": f"b{k:02d}", "stock": k % 2 == 0, hit: k % 3 == 0} for k in range(63)]
+    for k in range(5):
+        rows += [{"policy": "all_stock", "torch": f"b{k}", "stock": k < 2, hit: k in (0, 1, 3)},
+                 {"policy": "just_stock", "torch": f"b{k}", "stock": k < 2, hit: k < 2},
+                 {"policy": "some", "torch": f"b{k}", "stock": k < 2, hit: k in (1, 4)},
+                 {"policy": "no_stock", "torch": f"b{k}", "stock": False, hit: k > 2},
+                 {"policy": "not_asked", "torch": f"b{k}", "stock": True, hit: True}]
+    rows.append({"policy": "some", "torch": "b4", "stock": False, hit: False})  # b4 hit it on another GPU
+    needed = {("big", "3"), ("all_stock", "3"), ("just_stock", "3"), ("some", "3"), ("no_stock", "3"),
+              ("no_stock", "5")}
+    assert build_notes(pd.DataFrame(rows), needed) == {
+        ("big", "3"): "other builds", ("all_stock", "3"): "stock torch", ("just_stock", "3"): "stock torch",
+        ("some", "3"): "torch b1, b4",
+        ("no_stock", "3"): "torch b3, b4"}
+    named = "torch " + ", ".join(f"b{k:02d}" for k in range(0, 62, 3))  # 62 builds: still named
+    assert build_notes(pd.DataFrame(rows[:62]), {("big", "3")}) == {("big", "3"): named}
