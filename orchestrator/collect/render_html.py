@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, cell_text, num, repro_cells
+from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, num, repro_cells
 from .settings import Settings
 
 MAX_CELL_ROWS = 2000  # the per-cell table; a larger sweep lists only its first cells (cells.csv has them all)
@@ -37,9 +37,10 @@ def _link(path: object, text: str, title: object = None) -> str:
     return f'<a href="{escape(quote(path))}"{tip}>{escape(text)}</a>'
 
 
-def grid_cell(row: dict) -> str:
+def grid_cell(row: dict, text: str) -> str:
+    """The matrix row's cell, its text (render_md.cell_text) linking to the log of the cell that decided it."""
     title = f"{row['cell']}: {row['error']}" if isinstance(row["error"], str) else row["cell"]
-    return f'<td class="{escape(row["status"])}">{_link(row["log"], cell_text(row), title)}</td>'
+    return f'<td class="{escape(row["status"])}">{_link(row["log"], text, title)}</td>'
 
 
 def render(summary: Summary, settings: Settings) -> str:

@@ -139,8 +139,9 @@ def compute(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
         slices[policy].matrix_csv = text
     for row in row_dicts(matrix):
         piece = slices[row["policy"]]
-        piece.md[row["gpu"]] = md_text(cell_text(row))
-        piece.html[row["gpu"]] = render_html.grid_cell(row)
+        text = cell_text(row)
+        piece.md[row["gpu"]] = md_text(text)
+        piece.html[row["gpu"]] = render_html.grid_cell(row, text)
         piece.symbols.append(row["symbol"])
     for policy, part in policy_parts(matrix, classified, settings).items():
         slices[policy].part = part
