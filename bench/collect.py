@@ -9,10 +9,11 @@ one run: every record.json parsed (one thread, and 4) for scale; the first colle
 when nothing changed; one after a single record was rewritten (as a job writes it: renamed into place, its gpu
 directory stamped); one with nothing changed after that (the index then has a delta); after 1 % of the records
 were rewritten at random (scattered); after every record of 1 % worth of policies was (clustered: a rerun of
-whole policies); one record again (the index then has a large delta); and the same records with every policy
-computed again, checked byte-equal. Prints a line per size and the growth factor per 10x records, and writes
-bench/results/collect.json. The files are freshly written, so they are in the page cache: a cold read from
-network storage will be slower.
+whole policies); one record again (the index then has a large delta); 1 % scattered again, this collect also
+folding the delta into a new index base (as one does once the delta passes its share of the rows: one in ten 1 %
+reruns); and the same records with every policy computed again, checked byte-equal. Prints a line per size and
+the growth factor per 10x records, and writes bench/results/collect.json. The files are freshly written, so they
+are in the page cache: a cold read from network storage will be slower.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.atomic import write_bytes_atomic  # noqa: E402
 from orchestrator.collect import OUTPUTS, run_collect  # noqa: E402
+from orchestrator.collect import index as index_module  # noqa: E402
 from orchestrator.collect.index import INDEX_DIR  # noqa: E402
 from orchestrator.collect.last_collect import LAST_FILE  # noqa: E402
 from orchestrator.collect.records import load_records  # noqa: E402
@@ -180,6 +182,12 @@ def bench(root: Path, count: int, rewrite_seed: int = 1) -> dict:
     timings["clustered"] = run(root)
     rewrite(root, rng.sample(paths, 1), rewrite_seed + 2)
     timings["one_record_after"] = run(root)  # the index's delta now holds the rows of the last two changes
+    rewrite(root, rng.sample(paths, max(count // 100, 1)), rewrite_seed + 3)
+    share, index_module.DELTA_SHARE = index_module.DELTA_SHARE, 0.0  # as when the delta passes its share (one
+    try:  # in ten 1 % reruns): this collect also writes a new base of the index
+        timings["scattered_new_base"] = run(root)
+    finally:
+        index_module.DELTA_SHARE = share
     kept = outputs(root)
     (root / INDEX_DIR / STORE_FILE).unlink()
     (root / INDEX_DIR / LAST_FILE).unlink()  # else nothing changed since the last collect: nothing rendered
@@ -218,7 +226,8 @@ def main() -> int:
                   f"nothing changed after it {result['nothing_changed_after']:5.2f} s, 1% scattered "
                   f"({result['scattered_records']} records) {result['scattered']:5.2f} s, 1% clustered "
                   f"({result['clustered_records']} records of {result['clustered_policies']} policies) "
-                  f"{result['clustered']:5.2f} s, one record after those {result['one_record_after']:5.2f} s; "
+                  f"{result['clustered']:5.2f} s, one record after those {result['one_record_after']:5.2f} s, "
+                  f"1% scattered writing a new index base {result['scattered_new_base']:5.2f} s; "
                   f"the same from scratch {result['scratch_after']:6.2f} s", flush=True)
             if not keep:
                 shutil.rmtree(root)
