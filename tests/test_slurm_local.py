@@ -182,6 +182,9 @@ def test_requeue(cluster, tmp_path):
     while squeue_state(job) != "PENDING":
         assert time.monotonic() < deadline, squeue_state(job)
         time.sleep(0.2)
+    # The requeue revokes the first run's credential as of that second: a launch within the same second is killed
+    # ("Killing non-startable batch JobId=...: Job credential revoked"), so the release waits the second out.
+    time.sleep(1.5)
     run("scontrol", "update", f"jobid={job}", "starttime=now")
     wait_running(job)
     out = tmp_path / "out.txt"
