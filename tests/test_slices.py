@@ -165,7 +165,7 @@ def test_rows_cut_from_one_csv_are_what_to_csv_writes() -> None:
 def test_rows_formatted_column_by_column_match_to_csv_on_random_values(monkeypatch: pytest.MonkeyPatch) -> None:
     """Text, float64, int64 and bool columns are formatted without pandas' writer: 50 random frames of text drawn
     from separators, quotes, line breaks and look-alikes of missing values, and of numbers of every magnitude,
-    against to_csv. A column of mixed Python values, and a lone column, go through pandas."""
+    against to_csv. A column of mixed Python values or of bytes, and a lone column, go through pandas."""
     rng = random.Random(0)
     pieces = [",", '"', "\n", "\r", "\r\n", "\x1e", " ", "a", "é", "–", "None", "nan", "0", "''"]
 
@@ -185,12 +185,13 @@ def test_rows_formatted_column_by_column_match_to_csv_on_random_values(monkeypat
             "int": np.array([rng.randint(-10**12, 10**12) for _ in range(n)], dtype="int64"),
             "bool": [rng.random() < 0.5 for _ in range(n)],
             "mixed": [rng.choice([1, 2.5, "x,y", None, True]) for _ in range(n)],
+            "bytes": [rng.choice([b"x,y", "a", None]) for _ in range(n)],
         })
         with monkeypatch.context() as patched:  # the handled columns never reach pandas' writer
             patched.setattr(slices, "_pandas_rows", lambda frame: pytest.fail("written through pandas"))
             rows = csv_rows(frame[handled])
         assert "".join(rows) == frame[handled].to_csv(index=False, header=False, lineterminator="\n")
         assert len(rows) == n
-        for columns in (list(frame.columns), ["text"], ["object"]):
+        for columns in (list(frame.columns), ["text"], ["object"], ["text", "bytes"]):
             data = frame[columns]
             assert "".join(csv_rows(data)) == data.to_csv(index=False, header=False, lineterminator="\n")

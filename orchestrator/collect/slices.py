@@ -69,9 +69,9 @@ SMALL = (  # the fields slice_store.py keeps as JSON
 
 def csv_rows(frame: pd.DataFrame) -> list[str]:
     """Each row's text in frame.to_csv(index=False, header=False, lineterminator="\\n"). Columns of text, float64,
-    int64 and bool are formatted as pandas formats them and quoted as the csv module quotes (a quarter of the
-    time of to_csv, the largest part of computing a thousand policies again); any other frame goes through
-    pandas, written once and cut at the row ends."""
+    int64 and bool are formatted as pandas formats them and quoted as the csv module quotes (about half the time
+    of to_csv on a thousand policies' cells, where it was the largest part of computing them again); any other
+    frame goes through pandas, written once and cut at the row ends."""
     if not len(frame):
         return []
     columns = [_csv_texts(frame[name]) for name in frame.columns] if frame.shape[1] > 1 else [None]
@@ -106,9 +106,12 @@ def _csv_texts(column: pd.Series) -> list[str] | None:
     if not isinstance(dtype, pd.StringDtype) and not pd.api.types.is_object_dtype(dtype):
         return None
     try:  # text and missing values only (NaN and None are missing, as to pandas)
-        texts = pc.fill_null(pa.array(column, type=pa.string(), from_pandas=True), "")
+        values = pa.array(column, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type) or pa.types.is_null(values.type)):
+        return None  # numbers, booleans or bytes among the values: pandas writes each as str() gives it
+    texts = pc.fill_null(values.cast(pa.string()), "")
     quoted = functools.reduce(pc.or_, [pc.match_substring(texts, character) for character in QUOTING])
     if pc.any(quoted).as_py():
         wrapped = pc.binary_join_element_wise('"', pc.replace_substring(texts, '"', '""'), '"', "")
