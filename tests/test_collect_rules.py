@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.collect.catalog import flag_column, load_catalog
-from orchestrator.collect.failure_summary import build_notes
+from orchestrator.collect.catalog import load_catalog
+from orchestrator.collect.failure_summary import build_note
 from orchestrator.collect.render_md import _escaped, md_text
 from orchestrator.collect.rules import join_ids, short_fixes
 from orchestrator.config import PACKAGE_CONF
@@ -438,23 +438,31 @@ def test_vectorized_failure_matching_and_joining_equal_the_row_by_row_answers() 
     assert set(joined) >= {"", "2", "3", "detach_copy split_copy"}
 
 
-def test_build_notes_name_where_a_policy_hit_a_failure() -> None:
+def test_a_failure_got_past_is_named_with_the_builds_of_every_gpu(tmp_path: Path) -> None:
+    """A failure a policy's deciding cells do not show (7 here) is named with the builds it hit on any of its
+    GPUs, each GPU's hits kept apart until the policy's part is made (failure_summary.policy_part)."""
+    put(tmp_path, "pi05/h100/stock", "failed", failed_step="compile-model", error=SEED_MESSAGES["3"])
+    put(tmp_path, "pi05/h100/pr202785", "failed", failed_step="save", error=ROW7, fixes=["pytorch/pytorch#202785"])
+    put(tmp_path, "pi05/a100/stock", "failed", failed_step="compile-model", error=SEED_MESSAGES["3"])
+    put(tmp_path, "pi05/a100/nightly", "failed", failed_step="save", error=ROW7, fixes=["pytorch/pytorch#202925"])
+    assert collect(tmp_path, matrix="matrix.policies=[pi05]") == 0
+    assert "Policy to failure: pi05: 3, and 7 on torch nightly, pr202785." in (tmp_path / "matrix.md").read_text()
+
+
+def test_build_note_names_where_a_policy_hit_a_failure() -> None:
     """"stock torch" when every stock build hit it, else the builds by name, and "other builds" past 62 builds;
-    a policy or failure not asked for gets no note."""
-    hit = flag_column("3")
-    rows = [{"policy": "big", "torch": f"b{k:02d}", "stock": k % 2 == 0, hit: k % 3 == 0} for k in range(63)]
-    for k in range(5):
-        rows += [{"policy": "all_stock", "torch": f"b{k}", "stock": k < 2, hit: k in (0, 1, 3)},
-                 {"policy": "just_stock", "torch": f"b{k}", "stock": k < 2, hit: k < 2},
-                 {"policy": "some", "torch": f"b{k}", "stock": k < 2, hit: k in (1, 4)},
-                 {"policy": "no_stock", "torch": f"b{k}", "stock": False, hit: k > 2},
-                 {"policy": "not_asked", "torch": f"b{k}", "stock": True, hit: True}]
-    rows.append({"policy": "some", "torch": "b4", "stock": False, hit: False})  # b4 hit it on another GPU
-    needed = {("big", "3"), ("all_stock", "3"), ("just_stock", "3"), ("some", "3"), ("no_stock", "3"),
-              ("no_stock", "5")}
-    assert build_notes(pd.DataFrame(rows), needed) == {
-        ("big", "3"): "other builds", ("all_stock", "3"): "stock torch", ("just_stock", "3"): "stock torch",
-        ("some", "3"): "torch b1, b4",
-        ("no_stock", "3"): "torch b3, b4"}
-    named = "torch " + ", ".join(f"b{k:02d}" for k in range(0, 62, 3))  # 62 builds: still named
-    assert build_notes(pd.DataFrame(rows[:62]), {("big", "3")}) == {("big", "3"): named}
+    a policy's builds are those of all its cells (a build that hit it on another GPU counts)."""
+    def note(cells: list[tuple[str, bool, bool]]) -> str:  # (build, stock, hit) of each of a policy's cells
+        return build_note({b for b, _, _ in cells}, {b for b, stock, _ in cells if stock},
+                          {b for b, _, hit in cells if hit})
+
+    def five(stock, hit) -> list[tuple[str, bool, bool]]:
+        return [(f"b{k}", stock(k), hit(k)) for k in range(5)]
+
+    big = [(f"b{k:02d}", k % 2 == 0, k % 3 == 0) for k in range(63)]
+    assert note(big) == "other builds"
+    assert note(big[:62]) == "torch " + ", ".join(f"b{k:02d}" for k in range(0, 62, 3))  # 62 builds: still named
+    assert note(five(lambda k: k < 2, lambda k: k in (0, 1, 3))) == "stock torch"
+    assert note(five(lambda k: k < 2, lambda k: k < 2)) == "stock torch"
+    assert note(five(lambda k: k < 2, lambda k: k in (1, 4)) + [("b4", False, False)]) == "torch b1, b4"
+    assert note(five(lambda k: False, lambda k: k > 2)) == "torch b3, b4"

@@ -195,3 +195,70 @@ def test_rows_formatted_column_by_column_match_to_csv_on_random_values(monkeypat
         for columns in (list(frame.columns), ["text"], ["object"], ["text", "bytes"]):
             data = frame[columns]
             assert "".join(csv_rows(data)) == data.to_csv(index=False, header=False, lineterminator="\n")
+
+
+def _random_record(out: Path, cell: str, rng: random.Random) -> None:
+    """Any outcome a cell can have, with the fields the slices take per cell and per policy."""
+    versions = rng.choice([{"torch": "2.15.0"}, {"torch": "2.15.1", "gpu_name": "NVIDIA H100"}])
+    fields = {"versions": versions, "ended_at": f"2026-12-0{rng.randint(1, 9)}T10:00:00+00:00",
+              "logs": {"export": "export.log"}}
+    if cell.endswith("/nightly"):  # a build the config does not name: the record's own fixes count
+        fields["fixes"] = rng.choice([[], ["pytorch/pytorch#202925"]])
+    kind = rng.choice(["passed", "passed", "failed", "failed", "failed", "new", "running", "timeout"])
+    if kind == "passed":
+        diff = rng.choice([0.01, 0.07, 0.09])
+        put(out, cell, "passed", max_diff=diff, tolerance=0.075, margin=diff / 0.075, **fields)
+    elif kind == "failed":
+        row = rng.choice(["2", "3", "5", "7", "8"])
+        put(out, cell, "failed", failed_step=rng.choice(["compile-model", "save", "check"]),
+            error=SEED_MESSAGES[row], **fields)
+    elif kind == "new":
+        put(out, cell, "failed", failed_step="export", error=f"KeyError: 'layer {rng.randint(1, 3)}'", **fields)
+    else:
+        put(out, cell, kind, **fields)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_kept_slices_merged_gpu_by_gpu_give_the_bytes_of_a_collect_from_scratch(
+        tmp_path: Path, computed: list[set[str]], monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """A policy whose records changed on some GPUs is computed again on those GPUs only, its other GPUs taken from
+    its kept slice (slices.merge): over random reruns, removed cells and GPUs and GPUs added, every output is the
+    one a collect from scratch writes."""
+    merged: list[dict[str, set[str]]] = []
+    original = collect_module.merge
+
+    def spy(kept, fresh, changed, light, settings):
+        merged.append({policy: set(gpus) for policy, gpus in changed.items()})
+        return original(kept, fresh, changed, light, settings)
+
+    monkeypatch.setattr(collect_module, "merge", spy)
+    rng = random.Random(seed)
+    out = tmp_path / "out"
+    policies, gpus, builds = ["act", "diffusion", "pi0", "pi05", "xvla"], ["h100", "a100", "l40s"], \
+        ["stock", "pr202785", "nightly"]
+    for policy in policies:
+        for gpu in gpus[:2]:
+            for build in builds:
+                _random_record(out, f"{policy}/{gpu}/{build}", rng)
+    assert collect(out, matrix=POLICIES) == 0
+    for round_ in range(8):
+        cells = sorted(str(p.parent.relative_to(out / "cells")) for p in (out / "cells").glob("*/*/*/record.json"))
+        for cell in rng.sample(cells, 3):
+            _random_record(out, cell, rng)
+        change = rng.choice(["cell gone", "gpu gone", "gpu added", "none"])
+        if change == "cell gone":
+            shutil.rmtree(out / "cells" / rng.choice(cells))
+        elif change == "gpu gone":
+            shutil.rmtree(out / "cells" / rng.choice(cells).rpartition("/")[0])
+        elif change == "gpu added":
+            _random_record(out, f"{rng.choice(policies)}/{rng.choice(gpus)}/{rng.choice(builds)}", rng)
+        scratch = tmp_path / f"scratch{round_}"
+        shutil.copytree(out, scratch)
+        shutil.rmtree(scratch / INDEX_DIR)
+        computed.clear()
+        assert collect(out, matrix=POLICIES) == 0
+        assert collect(scratch, matrix=POLICIES) == 0
+        for name in OUTPUTS:
+            assert (out / name).read_text() == (scratch / name).read_text(), f"round {round_} ({change}): {name}"
+    partial = [changed for changed in merged if any(len(gpus) < 3 for gpus in changed.values())]
+    assert partial, f"no collect merged a policy GPU by GPU: {merged}"

@@ -31,7 +31,7 @@ from .index import INDEX_DIR, Indexed, frames, update_index
 from .records import REPRO_EXPORTER
 from .rules import MATRIX_COLUMNS, repro_table
 from .settings import DEFAULTS, Settings
-from .slices import MATRIX_HEADER, Slice, compute, listed_policies
+from .slices import LIGHT_COLUMNS, MATRIX_HEADER, Slice, compute, listed_policies, matrix_rows, merge
 from .splice import splice_file
 
 OUTPUTS = ("cells.csv", "matrix.csv", "repros.csv", "matrix.md", "report.html")
@@ -128,26 +128,43 @@ def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) -> Co
 
 
 def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -> Collected:
-    """The outputs computing again only the slices of the policies whose records changed since `kept`."""
+    """The outputs computing again only the policy x gpu pairs whose records changed since `kept` (their
+    policies' other GPUs taken from the kept slices), or the whole policy where its cells-table rows are wanted."""
     ordinary = pc.is_null(indexed.column("repro_row"))
     policies = indexed.column("policy")
     counts = pc.value_counts(policies.filter(ordinary)).to_pylist()
     listed = listed_policies({item["values"]: item["counts"] for item in counts})
-    need = {cell.split("/", 1)[0] for cell in indexed.changed or ()}
-    need |= {p for p in listed if p not in kept or kept[p].rows is None}
-    need |= {p for p, _ in settings.expected if p not in kept}
-    fresh, matrix = {}, pd.DataFrame(columns=MATRIX_COLUMNS)
-    if need:
-        wanted = pa.array(sorted(need), type=policies.type)
-        cells, history = frames(indexed.rows(pc.and_(ordinary, pc.is_in(policies, value_set=wanted))))
-        fresh, matrix = compute(cells, history, replace(settings, expected=[e for e in settings.expected
-                                                                            if e[0] in need]), listed & need)
-    slices = {p: piece for p, piece in kept.items() if p not in need} | fresh
+    changed: dict[str, set[str]] = {}
+    for cell in indexed.changed or ():
+        policy, gpu, _ = cell.split("/", 2)
+        changed.setdefault(policy, set()).add(gpu)
+    whole = {p for p in changed if p not in kept or p in listed}
+    whole |= {p for p in listed if p not in kept or kept[p].rows is None}
+    whole |= {p for p, _ in settings.expected if p not in kept}
+    partial = {p: gpus for p, gpus in changed.items() if p not in whole}
+    fresh, matrix, merged = {}, pd.DataFrame(columns=MATRIX_COLUMNS), {}
+    if whole or partial:
+        pair_ids = pc.binary_join_element_wise(policies, indexed.column("gpu"), pa.scalar("/", policies.type))
+        wanted = pc.or_(_among(policies, whole), _among(pair_ids, {f"{p}/{g}" for p, gpus in partial.items()
+                                                                    for g in gpus}))
+        cells, history = frames(indexed.rows(pc.and_(ordinary, wanted)))
+        expected = [(p, g) for p, g in settings.expected if p in whole or g in partial.get(p, ())]
+        fresh, matrix = compute(cells, history, replace(settings, expected=expected), listed & whole)
+        if partial:
+            light = indexed.rows(pc.and_(ordinary, _among(policies, set(partial))), LIGHT_COLUMNS).to_pandas()
+            merged = merge(kept, fresh, partial, light, settings)
+    computed = whole | partial.keys()
+    slices = {p: piece for p, piece in kept.items() if p not in computed}
+    slices |= {p: fresh[p] for p in whole if p in fresh} | merged
     repro_cells, _ = frames(indexed.rows(pc.invert(ordinary)))
-    previous = changes_md.read_matrix_csv(MATRIX_HEADER + b"".join(kept[p].matrix_csv for p in need
-                                                                    if p in kept).decode())
+    previous = changes_md.read_matrix_csv(MATRIX_HEADER + b"".join(matrix_rows(kept[p], partial.get(p))
+                                                                    for p in computed if p in kept).decode())
     return Collected(slices, matrix, assemble.outputs(slices, repro_table(repro_cells, settings), settings),
-                     sum(piece.records for piece in slices.values()) + len(repro_cells), need, previous)
+                     sum(piece.records for piece in slices.values()) + len(repro_cells), computed, previous)
+
+
+def _among(column: pa.ChunkedArray, values: set[str]) -> pa.ChunkedArray:
+    return pc.is_in(column, value_set=pa.array(sorted(values), column.type))
 
 
 def _write_changed(path: Path, text: str | bytes) -> bool:
@@ -230,7 +247,7 @@ def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, c
     previous = done.previous if done.computed is not None else changes_md.read_previous(matrix_csv)
     lines = changes_md.changes(previous, done.matrix, settings)
     written = {name for name, text in done.outputs.items() if _write_changed(out_dir / name, text)}
-    counts = pd.Series([s for piece in done.slices.values() for s in piece.symbols]).value_counts()
+    counts = pd.Series([s for piece in done.slices.values() for s in piece.symbols.values()]).value_counts()
     summary = last_collect.Last(done.records, {str(s): int(n) for s, n in counts.items()})
     if key is not None:  # a narrowed collect (policy=...) keeps neither: its outputs are not the whole table
         if done.computed != set() or written & set(slice_store.CSV_FILES):  # else the kept ones still stand

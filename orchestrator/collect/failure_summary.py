@@ -1,9 +1,10 @@
 """The seed's failure summary table and its "Policy to failure:" line, put together from one part per policy.
 
 A policy's part (the failure ids it hits, each with the GPUs it hit them on when not all, and its clause of the
-line) depends on that policy's matrix rows and cells only. So `policy_parts` computes the parts of any set of
-policies, each policy's slice keeps its part (slices.py), and `failure_rows` and `policy_line` only assemble
-them: a collect after a rerun recomputes the parts of the policies that changed.
+line) depends on that policy's matrix rows and cells only, and through their hits (`pair_hits`: per policy x
+gpu, the failure ids and the builds each was seen on) and the set of its builds. Each policy's slice keeps its
+part and its GPUs' hits (slices.py), so a collect after a rerun computes again the hits of the GPUs whose records
+changed and the part from them; `failure_rows` and `policy_line` only assemble the parts.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import Any
 
 import pandas as pd
 
-from .catalog import Catalog, flag_column, id_key
+from .catalog import Catalog, id_key
 from .settings import Settings
 
 Part = dict[str, Any]  # {"notes": {failure id: GPU note, "" on all its GPUs}, "clause": [text, lowest id] | None}
+Hits = list[Any]  # [primary ids, failure ids, {failure id: [builds it was seen on]}] of one policy x gpu
 MAX_NAMED_BUILDS = 62  # a note names up to this many builds of a policy (else "other builds")
 
 
@@ -49,44 +51,54 @@ class GpuNotes:
         return self.worded[pair]
 
 
-def policy_parts(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings) -> dict[str, Part]:
-    """The part of each policy that has a recorded cell, in table order.
-
-    A policy's main failures are those of the cells that decided its symbols (`primary`); failures seen only on
-    other builds (the ones a patched build got past) follow as "and 7 on stock torch". A GPU is named when a
-    failure is seen on some of the policy's GPUs only.
-    """
-    gpu_note = GpuNotes(settings)
+def pair_hits(matrix: pd.DataFrame, cells: pd.DataFrame) -> dict[tuple[str, str], Hits]:
+    """What a policy's part takes from each of its policy x gpu rows with a record, in table order: the failure
+    ids of the cell that decided its symbol and of all its cells, and the builds each id was seen on."""
+    seen_on: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    failing = cells[cells["failures"] != ""]
+    for policy, gpu, build, failures in zip(*columns(failing, "policy", "gpu", "torch", "failures"), strict=True):
+        for failure_id in failures.split():
+            seen_on[(policy, gpu)][failure_id].add(build)
     recorded = matrix[matrix["status"] != "missing"]
-    everywhere: dict[str, set[str]] = defaultdict(set)
-    seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    primary: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    secondary: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    hits: dict[tuple[str, str], Hits] = {}
     for policy, gpu, main, every in zip(*columns(recorded, "policy", "gpu", "primary", "failures"), strict=True):
-        everywhere[policy].add(gpu)
-        main_ids = set(str(main or "").split())
-        for failure_id in str(every or "").split():
-            seen[policy][failure_id].add(gpu)
-            (primary if failure_id in main_ids else secondary)[policy][failure_id].add(gpu)
-    split = {}
-    for policy in everywhere:
-        main, other = dict(primary.get(policy, {})), dict(secondary.get(policy, {}))
-        if not main and not other:
-            continue
-        if not main:
-            main, other = other, {}
-        split[policy] = (main, {k: v for k, v in other.items() if k not in main})
-    notes = build_notes(cells, {(policy, i) for policy, (_, other) in split.items() for i in other})
-    parts: dict[str, Part] = {}
-    for policy, gpus in everywhere.items():
-        clause = None
-        if policy in split:
-            main, other = split[policy]
-            text = _describe(policy, main, other, gpus, notes, settings.catalog, gpu_note)
-            clause = [text, list(min(id_key(i) for i in main))]
-        parts[policy] = {"notes": {i: gpu_note(where, gpus) or "" for i, where in seen[policy].items()},
-                         "clause": clause}
-    return parts
+        builds = seen_on.get((policy, gpu), {})
+        hits[(policy, gpu)] = [str(main or ""), str(every or ""), {i: sorted(b) for i, b in builds.items()}]
+    return hits
+
+
+def policy_part(hits: dict[str, Hits], builds: set[str], stock: set[str], settings: Settings,
+                gpu_note: GpuNotes) -> Part | None:
+    """A policy's part from the hits of its GPUs (pair_hits) and the builds (and stock ones) of all its cells;
+    None without a recorded GPU.
+
+    Its main failures are those of the cells that decided its symbols (`primary`); failures seen only on other
+    builds (the ones a patched build got past) follow as "and 7 on stock torch". A GPU is named when a failure is
+    seen on some of the policy's GPUs only.
+    """
+    if not hits:
+        return None
+    everywhere = set(hits)
+    seen: dict[str, set[str]] = {}
+    primary: dict[str, set[str]] = {}
+    secondary: dict[str, set[str]] = {}
+    for gpu, (main, every, _) in hits.items():
+        main_ids = set(main.split())
+        for failure_id in every.split():
+            seen.setdefault(failure_id, set()).add(gpu)
+            (primary if failure_id in main_ids else secondary).setdefault(failure_id, set()).add(gpu)
+    clause = None
+    if primary or secondary:
+        main, other = (primary, secondary) if primary else (secondary, {})
+        other = {k: v for k, v in other.items() if k not in main}
+        notes = {}
+        for failure_id in other:
+            where = {build for _, _, on in hits.values() for build in on.get(failure_id, ())}
+            if where:
+                notes[failure_id] = build_note(builds, stock, where)
+        text = _describe(main, other, everywhere, notes, settings.catalog, gpu_note)
+        clause = [text, list(min(id_key(i) for i in main))]
+    return {"notes": {i: gpu_note(where, everywhere) or "" for i, where in seen.items()}, "clause": clause}
 
 
 def failure_rows(parts: dict[str, Part], settings: Settings) -> list[tuple[str, str, str, str, str]]:
@@ -119,8 +131,8 @@ def policy_line(parts: dict[str, Part]) -> str:
     return "Policy to failure: " + " ".join(pieces)
 
 
-def _describe(policy: str, primary: dict[str, set[str]], secondary: dict[str, set[str]], everywhere: set[str],
-              build_notes: dict[tuple[str, str], str], catalog: Catalog, gpu_note: GpuNotes) -> str:
+def _describe(primary: dict[str, set[str]], secondary: dict[str, set[str]], everywhere: set[str],
+              build_notes: dict[str, str], catalog: Catalog, gpu_note: GpuNotes) -> str:
     """A clause without its policy names: "<hoisted GPU>\\0<failures>"."""
     main = sorted(primary, key=id_key)
     notes = {i: gpu_note(primary[i], everywhere) for i in main}
@@ -139,41 +151,18 @@ def _describe(policy: str, primary: dict[str, set[str]], secondary: dict[str, se
     body = ", ".join(words)
     by_builds: dict[str, list[str]] = defaultdict(list)
     for failure_id in sorted(secondary, key=id_key):
-        by_builds[build_notes.get((policy, failure_id), "other builds")].append(failure_id)
+        by_builds[build_notes.get(failure_id, "other builds")].append(failure_id)
     for note, ids in by_builds.items():
         body += f", and {', '.join(ids)} on {note}"
     return f"{hoist}\0{body}"
 
 
-def build_notes(cells: pd.DataFrame, needed: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """Where each needed (policy, failure id) was seen, in words: "stock torch" when it hit every stock build
-    the policy ran, else "torch <build names>" (by name); "other builds" for a policy with more than
-    MAX_NAMED_BUILDS builds. One pass over the needed policies' cells, looking only at the flags each policy
-    needs (melting and merging the whole frame took 0.1 s for a thousand policies)."""
-    if not needed or cells.empty:
-        return {}
-    wanted: dict[str, list[str]] = defaultdict(list)
-    for policy, failure_id in sorted(needed):
-        if flag_column(failure_id) in cells:
-            wanted[policy].append(failure_id)
-    sub = cells[cells["policy"].isin(set(wanted))]
-    flags = {i: sub[flag_column(i)].tolist() for i in {i for ids in wanted.values() for i in ids}}
-    builds: dict[str, set[str]] = defaultdict(set)
-    stock: dict[str, set[str]] = defaultdict(set)
-    hit: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for row, (policy, build, is_stock) in enumerate(zip(*columns(sub, "policy", "torch", "stock"), strict=True)):
-        builds[policy].add(build)
-        if is_stock:
-            stock[policy].add(build)
-        for failure_id in wanted[policy]:
-            if flags[failure_id][row]:
-                hit[(policy, failure_id)].add(build)
-    notes = {}
-    for (policy, failure_id), where in hit.items():
-        if len(builds[policy]) > MAX_NAMED_BUILDS:
-            notes[(policy, failure_id)] = "other builds"
-        elif stock[policy] and stock[policy] <= where:
-            notes[(policy, failure_id)] = "stock torch"
-        else:
-            notes[(policy, failure_id)] = "torch " + ", ".join(sorted(where))
-    return notes
+def build_note(builds: set[str], stock: set[str], where: set[str]) -> str:
+    """Where a policy saw a failure, in words: "stock torch" when it hit every stock build the policy ran
+    (`builds`, `stock`: those of all its cells), else the builds by name; "other builds" for a policy with more
+    than MAX_NAMED_BUILDS builds."""
+    if len(builds) > MAX_NAMED_BUILDS:
+        return "other builds"
+    if stock and stock <= where:
+        return "stock torch"
+    return "torch " + ", ".join(sorted(where))

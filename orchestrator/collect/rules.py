@@ -49,13 +49,19 @@ def first_line(text: pd.Series) -> pd.Series:
     return lines.where(lines != "", None)
 
 
+def with_fixes(cells: pd.DataFrame, settings: Settings) -> pd.DataFrame:
+    """The cells with their effective fixes (the config's for a build it names, else the record's) and whether
+    that makes them stock."""
+    configured = cells["torch"].map({name: " ".join(fixes) for name, fixes in settings.build_fixes.items()})
+    cells["fixes"] = configured.fillna(cells["fixes"]).fillna("").astype(str)
+    cells["stock"] = cells["fixes"].str.strip() == ""
+    return cells
+
+
 def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     """Each cell with its effective fixes, stock flag, marks (slow, at limit) and catalog flags."""
     catalog = settings.catalog
-    df = cells.copy()
-    configured = df["torch"].map({name: " ".join(fixes) for name, fixes in settings.build_fixes.items()})
-    df["fixes"] = configured.fillna(df["fixes"]).fillna("").astype(str)
-    df["stock"] = df["fixes"].str.strip() == ""
+    df = with_fixes(cells.copy(), settings)
     df["passed"] = df["status"] == "passed"
     df["unfinished"] = df["status"].isin(UNFINISHED)
     df["unreadable"] = df["status"] == UNREADABLE

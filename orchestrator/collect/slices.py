@@ -1,12 +1,15 @@
 """One slice per policy: everything the outputs take from that policy's records, so that a collect after a rerun
-computes again only the policies whose records changed.
+computes again only the policy x gpu pairs whose records changed.
 
-A policy's cells.csv and matrix.csv rows, its matrix cells in Markdown and HTML, its part of the failure summary,
-its new failures, the versions its records carry and its rows of report.html's cells table depend on that
-policy's records and the settings only. `compute` classifies and renders the cells of any set of policies and
-cuts the result into slices; `assemble` (assemble.py) puts the outputs together from all slices. A collect from
-scratch computes every slice at once; the next one keeps the slices (slice_store.py) of the policies whose
-records did not change (tests/test_slices.py: the same bytes either way).
+A policy's cells.csv and matrix.csv rows, its matrix cells in Markdown and HTML, its GPUs' hits (what its part
+of the failure summary takes from each GPU), its new failures and its rows of report.html's cells table depend
+on its records of that GPU and the settings only; its builds, versions, fixes, record count and part of the
+failure summary on all its records (the part through its GPUs' hits). `compute` classifies and renders the
+cells of any set of policy x gpu pairs and cuts the result into slices; `merge` puts a policy's slice together
+from its kept slice's other GPUs and the GPUs computed again (the fields of all its cells read again from the
+index: a few columns, no classifying); `assemble` (assemble.py) puts the outputs together from all slices. A
+collect from scratch computes every slice at once; the next one keeps the slices (slice_store.py)
+(tests/test_slices.py: the same bytes either way).
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ import pyarrow.compute as pc
 
 from . import render_html
 from .catalog import NEW, flag_column
-from .failure_summary import Part, columns, policy_parts
+from .failure_summary import GpuNotes, Hits, Part, columns, order, pair_hits, policy_part
 from .render_md import cell_text, md_text, row_dicts
-from .rules import CELL_COLUMNS, MATRIX_COLUMNS, build_matrix, cells_table, classify_cells
+from .rules import CELL_COLUMNS, MATRIX_COLUMNS, build_matrix, cells_table, classify_cells, with_fixes
 from .settings import Settings
 
 MAX_CELL_ROWS = render_html.MAX_CELL_ROWS
@@ -48,9 +51,12 @@ class Slice:
 
     cells_csv: bytes = b""  # its cells.csv rows, in table order (UTF-8: a kept slice's are cut from the file)
     matrix_csv: bytes = b""  # its matrix.csv rows, in table order
+    spans: dict[str, list[int]] = field(default_factory=dict)  # GPU -> [its cells_csv bytes, its matrix_csv
+    # bytes], in table order
     md: dict[str, str] = field(default_factory=dict)  # GPU -> its matrix.md cell
     html: dict[str, str] = field(default_factory=dict)  # GPU -> its report.html cell
-    symbols: list[str] = field(default_factory=list)  # of its matrix rows
+    symbols: dict[str, str] = field(default_factory=dict)  # GPU -> its matrix row's symbol
+    hits: dict[str, Hits] = field(default_factory=dict)  # GPU with a record -> its hits (failure_summary.py)
     part: Part | None = None  # its part of the failure summary (failure_summary.py); None without a record
     new: list[list[str]] = field(default_factory=list)  # [first error line, cell id, log] of each new failure
     builds: list[list[Any]] = field(default_factory=list)  # [torch, versions, cells], first seen first
@@ -64,7 +70,8 @@ class Slice:
 
 
 SMALL = (  # the fields slice_store.py keeps as JSON
-    "md", "html", "symbols", "part", "new", "builds", "fixes", "gpu_versions", "records", "newest", "rows")
+    "spans", "md", "html", "symbols", "hits", "part", "new", "builds", "fixes", "gpu_versions", "records", "newest",
+    "rows")
 
 
 def csv_rows(frame: pd.DataFrame) -> list[str]:
@@ -133,55 +140,156 @@ def compute(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
     pairs, with report.html's cells-table rows for the `listed` policies; and their matrix rows."""
     classified = classify_cells(cells.reset_index(drop=True), history, settings)
     matrix = build_matrix(classified, settings)
-    table = cells_table(classified, settings)
+    slices = _pair_fields(classified, matrix, settings, listed)
+    fields = _policy_fields(classified)
+    gpu_note = GpuNotes(settings)
+    for policy, piece in slices.items():
+        _set_policy_fields(piece, fields.get(policy), settings, gpu_note)
+    return slices, matrix
+
+
+def _pair_fields(classified: pd.DataFrame, matrix: pd.DataFrame, settings: Settings,
+                 listed: set[str]) -> dict[str, Slice]:
+    """The slices with what each policy x gpu gives them: CSV rows, matrix cells, hits, new failures, cells-table
+    rows (the fields a merge takes GPU by GPU)."""
     slices: dict[str, Slice] = {policy: Slice() for policy in dict.fromkeys(matrix["policy"].tolist())}
-
-    for policy, text in _csv_by_policy(table).items():
-        slices[policy].cells_csv = text
-    for policy, text in _csv_by_policy(matrix).items():
-        slices[policy].matrix_csv = text
+    cells_text = _csv_by_pair(cells_table(classified, settings))
+    matrix_text = _csv_by_pair(matrix)
     for row in row_dicts(matrix):
-        piece = slices[row["policy"]]
+        policy, gpu = row["policy"], row["gpu"]
+        piece = slices[policy]
+        cells_rows, matrix_row = cells_text.get((policy, gpu), b""), matrix_text[(policy, gpu)]
+        piece.cells_csv += cells_rows
+        piece.matrix_csv += matrix_row
+        piece.spans[gpu] = [len(cells_rows), len(matrix_row)]
         text = cell_text(row)
-        piece.md[row["gpu"]] = md_text(text)
-        piece.html[row["gpu"]] = render_html.grid_cell(row, text)
-        piece.symbols.append(row["symbol"])
-    for policy, part in policy_parts(matrix, classified, settings).items():
-        slices[policy].part = part
+        piece.md[gpu] = md_text(text)
+        piece.html[gpu] = render_html.grid_cell(row, text)
+        piece.symbols[gpu] = row["symbol"]
+    for (policy, gpu), hits in pair_hits(matrix, classified).items():
+        slices[policy].hits[gpu] = hits
     if not len(classified):
-        return slices, matrix
-
+        return slices
     new = classified[classified[flag_column(NEW)]]
     for policy, error, cell, log in zip(*columns(new, "policy", "new_error", "id", "log"), strict=True):
         slices[policy].new.append([str(error), cell, log])
-    counts = classified.groupby(["policy", "torch", "versions"], sort=False).size()
-    for (policy, build, versions), count in counts.items():
-        slices[policy].builds.append([build, versions, int(count)])
-    for policy, build, fixes in zip(*columns(classified, "policy", "torch", "fixes"), strict=True):
-        slices[policy].fixes[build] = fixes
-    for policy, gpu, versions in zip(*columns(classified[["policy", "gpu", "versions"]].drop_duplicates(),
-                                              "policy", "gpu", "versions"), strict=True):
-        slices[policy].gpu_versions.append([gpu, versions])
-    for policy, number in classified["policy"].value_counts(sort=False).items():
-        slices[policy].records = int(number)
-    for policy, ended in zip(*columns(classified, "policy", "ended_at"), strict=True):
-        if isinstance(ended, str) and ended > slices[policy].newest:  # not pandas' groupby max: on Arrow strings
-            slices[policy].newest = ended  # it imports pyarrow's dataset engine (ssl: a quarter of a second)
     for policy in listed & slices.keys():
         slices[policy].rows = []
     shown = classified[classified["policy"].isin(listed)]
     for policy, html, status, failures in zip(shown["policy"].tolist(), render_html.cell_rows(shown),
                                               *columns(shown, "status", "failures"), strict=True):
         slices[policy].rows.append([html, status, "" if failures is None else str(failures)])
-    return slices, matrix
+    return slices
 
 
-def _csv_by_policy(frame: pd.DataFrame) -> dict[str, bytes]:
-    """Each policy's rows of frame's CSV text, in frame's order."""
-    texts: dict[str, list[str]] = defaultdict(list)
-    for policy, text in zip(frame["policy"].tolist(), csv_rows(frame), strict=True):
-        texts[policy].append(text)
-    return {policy: "".join(rows).encode() for policy, rows in texts.items()}
+@dataclass
+class PolicyFields:
+    """What a slice takes from all of its policy's cells at once (builds first seen first)."""
+
+    builds: list[list[Any]] = field(default_factory=list)
+    fixes: dict[str, str] = field(default_factory=dict)
+    gpu_versions: list[list[str]] = field(default_factory=list)
+    records: int = 0
+    newest: str = ""
+    build_set: set[str] = field(default_factory=set)
+    stock_set: set[str] = field(default_factory=set)
+
+
+LIGHT_COLUMNS = ["policy", "gpu", "torch", "versions", "fixes", "ended_at"]  # what _policy_fields reads (with
+# "stock" and the effective fixes: rules.with_fixes)
+
+
+def _policy_fields(cells: pd.DataFrame) -> dict[str, PolicyFields]:
+    """Each policy's fields from its cells (LIGHT_COLUMNS and "stock", in id order)."""
+    fields: dict[str, PolicyFields] = defaultdict(PolicyFields)
+    if not len(cells):
+        return fields
+    counts = cells.groupby(["policy", "torch", "versions"], sort=False).size()
+    for (policy, build, versions), count in counts.items():
+        fields[policy].builds.append([build, versions, int(count)])
+    for policy, build, fixes, stock, ended in zip(*columns(cells, "policy", "torch", "fixes", "stock", "ended_at"),
+                                                  strict=True):
+        entry = fields[policy]
+        entry.fixes[build] = fixes
+        entry.records += 1
+        entry.build_set.add(build)
+        if stock:
+            entry.stock_set.add(build)
+        if isinstance(ended, str) and ended > entry.newest:  # not pandas' groupby max: on Arrow strings it
+            entry.newest = ended  # imports pyarrow's dataset engine (ssl: a quarter of a second)
+    for policy, gpu, versions in zip(*columns(cells[["policy", "gpu", "versions"]].drop_duplicates(),
+                                              "policy", "gpu", "versions"), strict=True):
+        fields[policy].gpu_versions.append([gpu, versions])
+    return fields
+
+
+def _set_policy_fields(piece: Slice, fields: PolicyFields | None, settings: Settings, gpu_note: GpuNotes) -> None:
+    fields = fields or PolicyFields()
+    piece.builds, piece.fixes, piece.gpu_versions = fields.builds, fields.fixes, fields.gpu_versions
+    piece.records, piece.newest = fields.records, fields.newest
+    piece.part = policy_part(piece.hits, fields.build_set, fields.stock_set, settings, gpu_note)
+
+
+def merge(kept: dict[str, Slice], fresh: dict[str, Slice], changed: dict[str, set[str]], light: pd.DataFrame,
+          settings: Settings) -> dict[str, Slice]:
+    """The slices of the `changed` policies (policy -> its GPUs whose records changed) from their kept slices,
+    whose other GPUs stand as they were, and the `fresh` slices computed from the changed GPUs' cells only; the
+    fields of all a policy's cells from `light` (LIGHT_COLUMNS of every cell of those policies, in id order).
+    A policy left without a GPU is gone. Never a policy listed in the cells table (its rows are not merged)."""
+    fields = _policy_fields(with_fixes(light, settings))
+    key, gpu_note = order(settings.gpus), GpuNotes(settings)
+    merged = {}
+    for policy, gpus in changed.items():
+        old, new = kept[policy], fresh.get(policy) or Slice()
+        at, start = {}, [0, 0]
+        for gpu, (cells_length, matrix_length) in old.spans.items():
+            at[gpu] = (start[0], start[0] + cells_length, start[1], start[1] + matrix_length)
+            start = [at[gpu][1], at[gpu][3]]
+        piece = Slice()
+        for gpu in sorted({g for g in old.spans if g not in gpus} | new.spans.keys(), key=key):
+            if gpu in new.spans:
+                source, (c0, c1, m0, m1) = new, _span(new, gpu)
+            else:
+                source, (c0, c1, m0, m1) = old, at[gpu]
+            piece.cells_csv += source.cells_csv[c0:c1]
+            piece.matrix_csv += source.matrix_csv[m0:m1]
+            piece.spans[gpu] = [c1 - c0, m1 - m0]
+            piece.md[gpu], piece.html[gpu], piece.symbols[gpu] = source.md[gpu], source.html[gpu], source.symbols[gpu]
+            if gpu in source.hits:
+                piece.hits[gpu] = source.hits[gpu]
+        if not piece.spans:
+            continue
+        piece.new = sorted([entry for entry in old.new if entry[1].split("/")[1] not in gpus] + new.new,
+                           key=lambda entry: entry[1] + "/")  # id order
+        _set_policy_fields(piece, fields.get(policy), settings, gpu_note)
+        merged[policy] = piece
+    return merged
+
+
+def _span(piece: Slice, gpu: str) -> tuple[int, int, int, int]:
+    """Where the gpu's rows are in piece's cells_csv and matrix_csv."""
+    cells_at = matrix_at = 0
+    for name, (cells_length, matrix_length) in piece.spans.items():
+        if name == gpu:
+            return cells_at, cells_at + cells_length, matrix_at, matrix_at + matrix_length
+        cells_at, matrix_at = cells_at + cells_length, matrix_at + matrix_length
+    raise KeyError(gpu)
+
+
+def matrix_rows(piece: Slice, gpus: set[str] | None = None) -> bytes:
+    """The slice's matrix.csv rows of these GPUs (all: None)."""
+    if gpus is None:
+        return piece.matrix_csv
+    return b"".join(piece.matrix_csv[m0:m1] for gpu in piece.spans if gpu in gpus
+                    for _, _, m0, m1 in [_span(piece, gpu)])
+
+
+def _csv_by_pair(frame: pd.DataFrame) -> dict[tuple[str, str], bytes]:
+    """Each policy x gpu's rows of frame's CSV text, in frame's order."""
+    texts: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for policy, gpu, text in zip(frame["policy"].tolist(), frame["gpu"].tolist(), csv_rows(frame), strict=True):
+        texts[(policy, gpu)].append(text)
+    return {pair: "".join(rows).encode() for pair, rows in texts.items()}
 
 
 def listed_policies(records: dict[str, int]) -> set[str]:
