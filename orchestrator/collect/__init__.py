@@ -31,7 +31,7 @@ from .index import INDEX_DIR, Indexed, frames, update_index
 from .records import REPRO_EXPORTER
 from .rules import MATRIX_COLUMNS, repro_table
 from .settings import DEFAULTS, Settings
-from .slices import LIGHT_COLUMNS, MATRIX_HEADER, Slice, compute, listed_policies, matrix_rows, merge
+from .slices import LIGHT_COLUMNS, MATRIX_HEADER, Slice, compute, compute_pairs, listed_policies, matrix_rows, merge
 from .splice import splice_file
 
 OUTPUTS = ("cells.csv", "matrix.csv", "repros.csv", "matrix.md", "report.html")
@@ -142,20 +142,18 @@ def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -
     whole |= {p for p in listed if p not in kept or kept[p].rows is None}
     whole |= {p for p, _ in settings.expected if p not in kept}
     partial = {p: gpus for p, gpus in changed.items() if p not in whole}
-    fresh, matrix, merged = {}, pd.DataFrame(columns=MATRIX_COLUMNS), {}
-    if whole or partial:
+    computed = whole | partial.keys()
+    matrix, merged = pd.DataFrame(columns=MATRIX_COLUMNS), {}
+    if computed:
         pair_ids = pc.binary_join_element_wise(policies, indexed.column("gpu"), pa.scalar("/", policies.type))
         wanted = pc.or_(_among(policies, whole), _among(pair_ids, {f"{p}/{g}" for p, gpus in partial.items()
                                                                     for g in gpus}))
         cells, history = frames(indexed.rows(pc.and_(ordinary, wanted)))
         expected = [(p, g) for p, g in settings.expected if p in whole or g in partial.get(p, ())]
-        fresh, matrix = compute(cells, history, replace(settings, expected=expected), listed & whole)
-        if partial:
-            light = indexed.rows(pc.and_(ordinary, _among(policies, set(partial))), LIGHT_COLUMNS).to_pandas()
-            merged = merge(kept, fresh, partial, light, settings)
-    computed = whole | partial.keys()
-    slices = {p: piece for p, piece in kept.items() if p not in computed}
-    slices |= {p: fresh[p] for p in whole if p in fresh} | merged
+        fresh, matrix = compute_pairs(cells, history, replace(settings, expected=expected), listed & whole)
+        light = indexed.rows(pc.and_(ordinary, _among(policies, computed)), LIGHT_COLUMNS).to_pandas()
+        merged = merge(kept, fresh, {p: None for p in whole} | partial, light, settings)
+    slices = {p: piece for p, piece in kept.items() if p not in computed} | merged
     repro_cells, _ = frames(indexed.rows(pc.invert(ordinary)))
     previous = changes_md.read_matrix_csv(MATRIX_HEADER + b"".join(matrix_rows(kept[p], partial.get(p))
                                                                     for p in computed if p in kept).decode())

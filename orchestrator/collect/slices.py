@@ -139,8 +139,7 @@ def compute(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
     """The slices of the policies of `cells` (policy export cells, in id order) and of the matrix's expected
     pairs, with report.html's cells-table rows for the `listed` policies; and their matrix rows."""
     classified = classify_cells(cells.reset_index(drop=True), history, settings)
-    matrix = build_matrix(classified, settings)
-    slices = _pair_fields(classified, matrix, settings, listed)
+    slices, matrix = _pair_fields(classified, settings, listed)
     fields = _policy_fields(classified)
     gpu_note = GpuNotes(settings)
     for policy, piece in slices.items():
@@ -148,10 +147,18 @@ def compute(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
     return slices, matrix
 
 
-def _pair_fields(classified: pd.DataFrame, matrix: pd.DataFrame, settings: Settings,
-                 listed: set[str]) -> dict[str, Slice]:
+def compute_pairs(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings,
+                  listed: set[str]) -> tuple[dict[str, Slice], pd.DataFrame]:
+    """As `compute`, without the fields of all a policy's cells (`merge` adds them): for cells of some of their
+    policies' GPUs."""
+    return _pair_fields(classify_cells(cells.reset_index(drop=True), history, settings), settings, listed)
+
+
+def _pair_fields(classified: pd.DataFrame, settings: Settings,
+                 listed: set[str]) -> tuple[dict[str, Slice], pd.DataFrame]:
     """The slices with what each policy x gpu gives them: CSV rows, matrix cells, hits, new failures, cells-table
-    rows (the fields a merge takes GPU by GPU)."""
+    rows (the fields a merge takes GPU by GPU); and the matrix rows."""
+    matrix = build_matrix(classified, settings)
     slices: dict[str, Slice] = {policy: Slice() for policy in dict.fromkeys(matrix["policy"].tolist())}
     cells_text = _csv_by_pair(cells_table(classified, settings))
     matrix_text = _csv_by_pair(matrix)
@@ -169,7 +176,7 @@ def _pair_fields(classified: pd.DataFrame, matrix: pd.DataFrame, settings: Setti
     for (policy, gpu), hits in pair_hits(matrix, classified).items():
         slices[policy].hits[gpu] = hits
     if not len(classified):
-        return slices
+        return slices, matrix
     new = classified[classified[flag_column(NEW)]]
     for policy, error, cell, log in zip(*columns(new, "policy", "new_error", "id", "log"), strict=True):
         slices[policy].new.append([str(error), cell, log])
@@ -179,7 +186,7 @@ def _pair_fields(classified: pd.DataFrame, matrix: pd.DataFrame, settings: Setti
     for policy, html, status, failures in zip(shown["policy"].tolist(), render_html.cell_rows(shown),
                                               *columns(shown, "status", "failures"), strict=True):
         slices[policy].rows.append([html, status, "" if failures is None else str(failures)])
-    return slices
+    return slices, matrix
 
 
 @dataclass
@@ -230,23 +237,24 @@ def _set_policy_fields(piece: Slice, fields: PolicyFields | None, settings: Sett
     piece.part = policy_part(piece.hits, fields.build_set, fields.stock_set, settings, gpu_note)
 
 
-def merge(kept: dict[str, Slice], fresh: dict[str, Slice], changed: dict[str, set[str]], light: pd.DataFrame,
+def merge(kept: dict[str, Slice], fresh: dict[str, Slice], changed: dict[str, set[str] | None], light: pd.DataFrame,
           settings: Settings) -> dict[str, Slice]:
-    """The slices of the `changed` policies (policy -> its GPUs whose records changed) from their kept slices,
-    whose other GPUs stand as they were, and the `fresh` slices computed from the changed GPUs' cells only; the
-    fields of all a policy's cells from `light` (LIGHT_COLUMNS of every cell of those policies, in id order).
-    A policy left without a GPU is gone. Never a policy listed in the cells table (its rows are not merged)."""
+    """The slices of the `changed` policies (policy -> its GPUs whose records changed; None: all of them, its kept
+    slice if any left aside) from the `fresh` slices (compute_pairs) of those GPUs' cells and the kept slices'
+    other GPUs, which stand as they were; the fields of all a policy's cells from `light` (LIGHT_COLUMNS of every
+    cell of those policies, in id order). A policy left without a GPU is gone. A policy merged GPU by GPU must not
+    be listed in the cells table (its rows are not merged)."""
     fields = _policy_fields(with_fixes(light, settings))
     key, gpu_note = order(settings.gpus), GpuNotes(settings)
     merged = {}
     for policy, gpus in changed.items():
-        old, new = kept[policy], fresh.get(policy) or Slice()
+        old, new = kept[policy] if gpus is not None else Slice(), fresh.get(policy) or Slice()
         at, start = {}, [0, 0]
         for gpu, (cells_length, matrix_length) in old.spans.items():
             at[gpu] = (start[0], start[0] + cells_length, start[1], start[1] + matrix_length)
             start = [at[gpu][1], at[gpu][3]]
-        piece = Slice()
-        for gpu in sorted({g for g in old.spans if g not in gpus} | new.spans.keys(), key=key):
+        piece = Slice(rows=new.rows if gpus is None else None)
+        for gpu in sorted({g for g in old.spans if g not in (gpus or ())} | new.spans.keys(), key=key):
             if gpu in new.spans:
                 source, (c0, c1, m0, m1) = new, _span(new, gpu)
             else:
@@ -259,8 +267,8 @@ def merge(kept: dict[str, Slice], fresh: dict[str, Slice], changed: dict[str, se
                 piece.hits[gpu] = source.hits[gpu]
         if not piece.spans:
             continue
-        piece.new = sorted([entry for entry in old.new if entry[1].split("/")[1] not in gpus] + new.new,
-                           key=lambda entry: entry[1] + "/")  # id order
+        kept_new = [entry for entry in old.new if entry[1].split("/")[1] not in (gpus or ())]
+        piece.new = sorted(kept_new + new.new, key=lambda entry: entry[1] + "/") if kept_new else new.new  # id order
         _set_policy_fields(piece, fields.get(policy), settings, gpu_note)
         merged[policy] = piece
     return merged
