@@ -49,8 +49,9 @@ MATRIX_HEADER = csv_header(MATRIX_COLUMNS)
 class Slice:
     """What the outputs take from one policy (a policy the matrix expects without records has matrix rows only)."""
 
-    cells_csv: bytes = b""  # its cells.csv rows, in table order (UTF-8: a kept slice's are cut from the file)
-    matrix_csv: bytes = b""  # its matrix.csv rows, in table order
+    cells_csv: bytes | memoryview = b""  # its cells.csv rows, in table order (UTF-8: a kept slice's are a view of
+    # the file)
+    matrix_csv: bytes | memoryview = b""  # its matrix.csv rows, in table order
     spans: dict[str, list[int]] = field(default_factory=dict)  # GPU -> [its cells_csv bytes, its matrix_csv
     # bytes], in table order
     md: dict[str, str] = field(default_factory=dict)  # GPU -> its matrix.md cell
@@ -207,15 +208,12 @@ LIGHT_COLUMNS = ["policy", "gpu", "torch", "versions", "fixes", "ended_at"]  # w
 
 
 def _policy_fields(cells: pd.DataFrame) -> dict[str, PolicyFields]:
-    """Each policy's fields from its cells (LIGHT_COLUMNS and "stock", in id order)."""
+    """Each policy's fields from its cells (LIGHT_COLUMNS and "stock", in id order): one pass, first seen first."""
     fields: dict[str, PolicyFields] = defaultdict(PolicyFields)
-    if not len(cells):
-        return fields
-    counts = cells.groupby(["policy", "torch", "versions"], sort=False).size()
-    for (policy, build, versions), count in counts.items():
-        fields[policy].builds.append([build, versions, int(count)])
-    for policy, build, fixes, stock, ended in zip(*columns(cells, "policy", "torch", "fixes", "stock", "ended_at"),
-                                                  strict=True):
+    counts: dict[str, dict[tuple[str, str], int]] = defaultdict(dict)
+    pairs: dict[str, dict[tuple[str, str], None]] = defaultdict(dict)
+    for policy, gpu, build, versions, fixes, stock, ended in zip(
+            *columns(cells, "policy", "gpu", "torch", "versions", "fixes", "stock", "ended_at"), strict=True):
         entry = fields[policy]
         entry.fixes[build] = fixes
         entry.records += 1
@@ -224,9 +222,13 @@ def _policy_fields(cells: pd.DataFrame) -> dict[str, PolicyFields]:
             entry.stock_set.add(build)
         if isinstance(ended, str) and ended > entry.newest:  # not pandas' groupby max: on Arrow strings it
             entry.newest = ended  # imports pyarrow's dataset engine (ssl: a quarter of a second)
-    for policy, gpu, versions in zip(*columns(cells[["policy", "gpu", "versions"]].drop_duplicates(),
-                                              "policy", "gpu", "versions"), strict=True):
-        fields[policy].gpu_versions.append([gpu, versions])
+        if isinstance(versions, str):  # as grouping by it (pandas leaves missing values out)
+            counted = counts[policy]
+            counted[(build, versions)] = counted.get((build, versions), 0) + 1
+        pairs[policy][(gpu, versions)] = None
+    for policy, entry in fields.items():
+        entry.builds = [[build, versions, count] for (build, versions), count in counts[policy].items()]
+        entry.gpu_versions = [[gpu, versions] for gpu, versions in pairs[policy]]
     return fields
 
 
