@@ -251,16 +251,10 @@ def merge(kept: dict[str, Slice], fresh: dict[str, Slice], changed: dict[str, se
     merged = {}
     for policy, gpus in changed.items():
         old, new = kept[policy] if gpus is not None else Slice(), fresh.get(policy) or Slice()
-        at, start = {}, [0, 0]
-        for gpu, (cells_length, matrix_length) in old.spans.items():
-            at[gpu] = (start[0], start[0] + cells_length, start[1], start[1] + matrix_length)
-            start = [at[gpu][1], at[gpu][3]]
+        old_at, new_at = _spans(old), _spans(new)
         piece = Slice(rows=new.rows if gpus is None else None)
         for gpu in sorted({g for g in old.spans if g not in (gpus or ())} | new.spans.keys(), key=key):
-            if gpu in new.spans:
-                source, (c0, c1, m0, m1) = new, _span(new, gpu)
-            else:
-                source, (c0, c1, m0, m1) = old, at[gpu]
+            source, (c0, c1, m0, m1) = (new, new_at[gpu]) if gpu in new_at else (old, old_at[gpu])
             piece.cells_csv += source.cells_csv[c0:c1]
             piece.matrix_csv += source.matrix_csv[m0:m1]
             piece.spans[gpu] = [c1 - c0, m1 - m0]
@@ -276,22 +270,20 @@ def merge(kept: dict[str, Slice], fresh: dict[str, Slice], changed: dict[str, se
     return merged
 
 
-def _span(piece: Slice, gpu: str) -> tuple[int, int, int, int]:
-    """Where the gpu's rows are in piece's cells_csv and matrix_csv."""
-    cells_at = matrix_at = 0
-    for name, (cells_length, matrix_length) in piece.spans.items():
-        if name == gpu:
-            return cells_at, cells_at + cells_length, matrix_at, matrix_at + matrix_length
+def _spans(piece: Slice) -> dict[str, tuple[int, int, int, int]]:
+    """Where each GPU's rows are in piece's cells_csv and matrix_csv (start, end, start, end)."""
+    at, cells_at, matrix_at = {}, 0, 0
+    for gpu, (cells_length, matrix_length) in piece.spans.items():
+        at[gpu] = (cells_at, cells_at + cells_length, matrix_at, matrix_at + matrix_length)
         cells_at, matrix_at = cells_at + cells_length, matrix_at + matrix_length
-    raise KeyError(gpu)
+    return at
 
 
 def matrix_rows(piece: Slice, gpus: set[str] | None = None) -> bytes:
     """The slice's matrix.csv rows of these GPUs (all: None)."""
     if gpus is None:
-        return piece.matrix_csv
-    return b"".join(piece.matrix_csv[m0:m1] for gpu in piece.spans if gpu in gpus
-                    for _, _, m0, m1 in [_span(piece, gpu)])
+        return bytes(piece.matrix_csv)
+    return b"".join(piece.matrix_csv[m0:m1] for gpu, (_, _, m0, m1) in _spans(piece).items() if gpu in gpus)
 
 
 def _csv_by_pair(frame: pd.DataFrame) -> dict[tuple[str, str], bytes]:
