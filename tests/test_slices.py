@@ -264,3 +264,42 @@ def test_kept_slices_merged_gpu_by_gpu_give_the_bytes_of_a_collect_from_scratch(
             assert (out / name).read_text() == (scratch / name).read_text(), f"round {round_} ({change}): {name}"
     partial = [changed for changed in merged if any(gpus is not None for gpus in changed.values())]
     assert partial, f"no collect merged a policy GPU by GPU: {merged}"
+
+
+def test_policy_fields_counted_on_codes_match_a_row_by_row_count() -> None:
+    """slices._policy_fields works on the columns' codes: on random cells (a policy's cells in more than one run,
+    missing versions and ended_at) it gives what going through the cells one by one gives."""
+    rng = random.Random(7)
+    rows = []
+    for _ in range(400):
+        build = rng.choice(["stock", "pr202785", "nightly"])
+        rows.append({"policy": rng.choice(["act", "pi0", "xvla"]), "gpu": rng.choice(["h100", "a100"]),
+                     "torch": build, "versions": rng.choice(['{"torch":"2.15.0"}', '{"torch":"2.15.1"}', "", None]),
+                     "fixes": rng.choice(["", "pytorch/pytorch#202785"]) if build != "stock" else "",
+                     "ended_at": rng.choice([None, *(f"2026-12-0{d}T10:00:00+00:00" for d in range(1, 10))])})
+    expected: dict[str, dict] = {}
+    for row in rows:
+        entry = expected.setdefault(row["policy"], {"builds": {}, "fixes": {}, "pairs": {}, "records": 0,
+                                                    "newest": "", "builds_seen": set(), "stock": set()})
+        entry["fixes"][row["torch"]] = row["fixes"]
+        entry["records"] += 1
+        entry["builds_seen"].add(row["torch"])
+        if row["fixes"] == "":
+            entry["stock"].add(row["torch"])
+        if isinstance(row["ended_at"], str) and row["ended_at"] > entry["newest"]:
+            entry["newest"] = row["ended_at"]
+        if isinstance(row["versions"], str):
+            key = (row["torch"], row["versions"])
+            entry["builds"][key] = entry["builds"].get(key, 0) + 1
+        entry["pairs"][(row["gpu"], row["versions"])] = None
+    frame = pd.DataFrame(rows).assign(stock=[row["fixes"] == "" for row in rows])
+    for cells in (frame, frame.astype({"versions": "string", "ended_at": "string"})):  # object or text columns
+        got = slices._policy_fields(cells)
+        assert got.keys() == expected.keys()
+        for policy, entry in expected.items():
+            fields = got[policy]
+            assert fields.builds == [[b, v, n] for (b, v), n in entry["builds"].items()], policy
+            assert list(fields.fixes.items()) == list(entry["fixes"].items()), policy
+            assert fields.gpu_versions == [[g, v] for g, v in entry["pairs"]], policy
+            assert (fields.records, fields.newest) == (entry["records"], entry["newest"]), policy
+            assert (fields.build_set, fields.stock_set) == (entry["builds_seen"], entry["stock"]), policy

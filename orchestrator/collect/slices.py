@@ -208,28 +208,72 @@ LIGHT_COLUMNS = ["policy", "gpu", "torch", "versions", "fixes", "ended_at"]  # w
 
 
 def _policy_fields(cells: pd.DataFrame) -> dict[str, PolicyFields]:
-    """Each policy's fields from its cells (LIGHT_COLUMNS and "stock", in id order): one pass, first seen first."""
-    fields: dict[str, PolicyFields] = defaultdict(PolicyFields)
-    counts: dict[str, dict[tuple[str, str], int]] = defaultdict(dict)
-    pairs: dict[str, dict[tuple[str, str], None]] = defaultdict(dict)
-    for policy, gpu, build, versions, fixes, stock, ended in zip(
-            *columns(cells, "policy", "gpu", "torch", "versions", "fixes", "stock", "ended_at"), strict=True):
-        entry = fields[policy]
-        entry.fixes[build] = fixes
-        entry.records += 1
-        entry.build_set.add(build)
-        if stock:
-            entry.stock_set.add(build)
-        if isinstance(ended, str) and ended > entry.newest:  # not pandas' groupby max: on Arrow strings it
-            entry.newest = ended  # imports pyarrow's dataset engine (ssl: a quarter of a second)
-        if isinstance(versions, str):  # as grouping by it (pandas leaves missing values out)
-            counted = counts[policy]
-            counted[(build, versions)] = counted.get((build, versions), 0) + 1
-        pairs[policy][(gpu, versions)] = None
-    for policy, entry in fields.items():
-        entry.builds = [[build, versions, count] for (build, versions), count in counts[policy].items()]
-        entry.gpu_versions = [[gpu, versions] for gpu, versions in pairs[policy]]
+    """Each policy's fields from its cells (LIGHT_COLUMNS and "stock", in id order): builds, versions and fixes
+    first seen first. Worked out on the columns' codes (pandas.factorize), then one step per distinct value: row
+    by row, making every versions text a Python string took 0.02 s at 100,000 cells, the loop 0.15 s."""
+    if not len(cells):
+        return {}
+    (policy, policies), (gpu, gpus), (build, builds), (versions, texts), (fixes, fix_texts) = (
+        pd.factorize(cells[name]) for name in ("policy", "gpu", "torch", "versions", "fixes"))
+    names, build_names, gpu_names, version_texts = policies.tolist(), builds.tolist(), gpus.tolist(), texts.tolist()
+    fields = {name: PolicyFields(records=count)
+              for name, count in zip(names, np.bincount(policy, minlength=len(names)).tolist(), strict=True)}
+    for name, newest in zip(names, _latest(cells["ended_at"], policy, len(names)), strict=True):
+        fields[name].newest = newest
+    group, first = _groups(policy, build, versions)
+    counts = np.bincount(group)
+    counted = versions[first] >= 0  # as grouping by versions does: missing values left out
+    first, counts = first[counted], counts[counted]
+    for p, b, v, count in zip(policy[first].tolist(), build[first].tolist(), versions[first].tolist(),
+                              counts.tolist(), strict=True):
+        fields[names[p]].builds.append([build_names[b], version_texts[v], count])
+    group, first = _groups(policy, build)
+    last = np.zeros(len(first), dtype=np.int64)
+    np.maximum.at(last, group, np.arange(len(cells)))
+    stocked = np.bincount(group, weights=cells["stock"].to_numpy(dtype=float), minlength=len(first)) > 0
+    fix_names = [*fix_texts.tolist(), ""]  # code -1: missing, as rules.with_fixes writes it
+    for p, b, fix, is_stock in zip(policy[first].tolist(), build[first].tolist(), fixes[last].tolist(),
+                                   stocked.tolist(), strict=True):
+        entry, name = fields[names[p]], build_names[b]
+        entry.fixes[name] = fix_names[fix]  # the build's last cell's
+        entry.build_set.add(name)
+        if is_stock:
+            entry.stock_set.add(name)
+    version_texts.append(None)  # code -1: missing
+    first = _groups(policy, gpu, versions)[1]
+    for p, g, v in zip(policy[first].tolist(), gpu[first].tolist(), versions[first].tolist(), strict=True):
+        fields[names[p]].gpu_versions.append([gpu_names[g], version_texts[v]])
     return fields
+
+
+def _groups(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's group (its combination of codes), groups numbered first seen first; and each group's first
+    row."""
+    key = np.zeros(len(codes[0]), dtype=np.int64)
+    for column in codes:
+        key = key * (int(column.max()) + 2) + (column + 1)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    seen = np.argsort(first, kind="stable")
+    number = np.empty(len(seen), dtype=np.int64)
+    number[seen] = np.arange(len(seen))
+    return number[inverse.reshape(-1)], first[seen]
+
+
+def _latest(ended: pd.Series, policy: np.ndarray, policies: int) -> list[str]:
+    """Each policy's latest ended_at ("" without one): the highest of its stamps, ranked among the distinct
+    ones."""
+    if not isinstance(ended.dtype, pd.StringDtype):  # text or missing only
+        ended = ended.map(lambda value: value if isinstance(value, str) else None, na_action="ignore")
+    codes, stamps = pd.factorize(ended)
+    latest = [""] * policies
+    if not len(stamps):
+        return latest
+    ordered = sorted(stamps.tolist())
+    rank = {stamp: i for i, stamp in enumerate(ordered)}
+    ranks = np.array([rank[stamp] for stamp in stamps.tolist()] + [-1], dtype=np.int64)[codes]  # -1: none
+    best = np.full(policies, -1, dtype=np.int64)
+    np.maximum.at(best, policy, ranks)
+    return [ordered[at] if at >= 0 else "" for at in best.tolist()]
 
 
 def _set_policy_fields(piece: Slice, fields: PolicyFields | None, settings: Settings, gpu_note: GpuNotes) -> None:
