@@ -5,7 +5,8 @@ A policy's cells.csv and matrix.csv rows, its matrix cells in Markdown and HTML,
 of the failure summary takes from each GPU), its new failures and its rows of report.html's cells table depend
 on its records of that GPU and the settings only; its builds, versions, fixes, record count and part of the
 failure summary on all its records (the part through its GPUs' hits). `compute` classifies and renders the
-cells of any set of policy x gpu pairs and cuts the result into slices; `merge` puts a policy's slice together
+cells of whole policies and cuts the result into slices, `compute_pairs` the same for some GPUs of their
+policies, without the fields of all a policy's cells; `merge` puts a policy's slice together
 from its kept slice's other GPUs and the GPUs computed again (the fields of all its cells read again from the
 index: a few columns, no classifying); `assemble` (assemble.py) puts the outputs together from all slices. A
 collect from scratch computes every slice at once; the next one keeps the slices (slice_store.py)
@@ -199,8 +200,7 @@ class PolicyFields:
     gpu_versions: list[list[str]] = field(default_factory=list)
     records: int = 0
     newest: str = ""
-    build_set: set[str] = field(default_factory=set)
-    stock_set: set[str] = field(default_factory=set)
+    stock_set: set[str] = field(default_factory=set)  # its builds with a stock cell (its builds: fixes' keys)
 
 
 LIGHT_COLUMNS = ["policy", "gpu", "torch", "versions", "fixes", "ended_at"]  # what _policy_fields reads (with
@@ -236,7 +236,6 @@ def _policy_fields(cells: pd.DataFrame) -> dict[str, PolicyFields]:
                                    stocked.tolist(), strict=True):
         entry, name = fields[names[p]], build_names[b]
         entry.fixes[name] = fix_names[fix]  # the build's last cell's
-        entry.build_set.add(name)
         if is_stock:
             entry.stock_set.add(name)
     version_texts.append(None)  # code -1: missing
@@ -280,7 +279,7 @@ def _set_policy_fields(piece: Slice, fields: PolicyFields | None, settings: Sett
     fields = fields or PolicyFields()
     piece.builds, piece.fixes, piece.gpu_versions = fields.builds, fields.fixes, fields.gpu_versions
     piece.records, piece.newest = fields.records, fields.newest
-    piece.part = policy_part(piece.hits, fields.build_set, fields.stock_set, settings, gpu_note)
+    piece.part = policy_part(piece.hits, set(fields.fixes), fields.stock_set, settings, gpu_note)
 
 
 def merge(kept: dict[str, Slice], fresh: dict[str, Slice], changed: dict[str, set[str] | None], light: pd.DataFrame,
