@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
@@ -245,8 +246,8 @@ def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, c
     previous = done.previous if done.computed is not None else changes_md.read_previous(matrix_csv)
     lines = changes_md.changes(previous, done.matrix, settings)
     written = {name for name, text in done.outputs.items() if _write_changed(out_dir / name, text)}
-    counts = pd.Series([s for piece in done.slices.values() for s in piece.symbols.values()]).value_counts()
-    summary = last_collect.Last(done.records, {str(s): int(n) for s, n in counts.items()})
+    counts = Counter(s for piece in done.slices.values() for s in piece.symbols.values())
+    summary = last_collect.Last(done.records, dict(counts.most_common()))
     if key is not None:  # a narrowed collect (policy=...) keeps neither: its outputs are not the whole table
         if done.computed != set() or written & set(slice_store.CSV_FILES):  # else the kept ones still stand
             slice_store.save(root, done.slices, assemble.table_order(done.slices, settings), key, out_dir)

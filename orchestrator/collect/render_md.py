@@ -28,7 +28,6 @@ MAX_ERROR_CHARS = 300
 REPROS_HEAD = ("Standalone repros (orchestrator/repros/): does the row's failure still show on each GPU and build "
                "that ran it? A row that stops reproducing after a build change may be fixed.")
 MAX_CELLS_LISTED = 5
-_LONE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 _MD_CHARACTERS = "\\`*[]|~$"
 _MD_SPECIAL = re.compile(f"([{re.escape(_MD_CHARACTERS)}])")
 _PLAIN = re.compile(r"[A-Za-z0-9.,:/+=()#-]*")  # no character md_text escapes, and a single line (most names)
@@ -48,7 +47,22 @@ def _escaped(text: object, limit: int | None) -> str:
     if any(character in flat for character in _MD_CHARACTERS):  # a scan each: the regex pass takes 30 ns a
         flat = _MD_SPECIAL.sub(r"\\\1", flat)  # character (the policy line lists every policy: 0.04 s at 5,000)
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _LONE_UNDERSCORE.sub(r"\\_", flat) if "_" in flat else flat
+    return _lone_underscores_escaped(flat) if "_" in flat else flat
+
+
+def _lone_underscores_escaped(text: str) -> str:
+    """An underscore not between two ASCII letters or digits escaped (one inside a word is no emphasis): cut at
+    each underscore, since a regex testing every position took 0.03 s over the policy line at 5,000 policies."""
+    pieces = text.split("_")
+    out = [pieces[0]]
+    for before, after in zip(pieces, pieces[1:], strict=False):
+        out.append("_" if _word_end(before[-1:]) and _word_end(after[:1]) else "\\_")
+        out.append(after)
+    return "".join(out)
+
+
+def _word_end(character: str) -> bool:
+    return character.isascii() and character.isalnum()  # "" (the text's end or another underscore): False
 
 
 def repro_cells(row: dict, settings: Settings) -> list[str]:

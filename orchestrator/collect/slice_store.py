@@ -17,6 +17,7 @@ from dataclasses import asdict, fields
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
@@ -60,7 +61,7 @@ def _files(out_dir: Path) -> bytes:
 
 def load(root: Path, key: str, out_dir: Path) -> dict[str, Slice] | None:
     table = read_table(root / STORE_FILE)
-    if table is None or table.column_names != COLUMNS:
+    if table is None or table.column_names != COLUMNS or table.schema.field("small").type != pa.large_binary():
         return None
     metadata, files = table.schema.metadata or {}, _files(out_dir)
     if not files or metadata.get(DIGEST_KEY) != key.encode() or metadata.get(FILES_KEY) != files:
@@ -70,7 +71,7 @@ def load(root: Path, key: str, out_dir: Path) -> dict[str, Slice] | None:
         cells_data, matrix_data = (memoryview((out_dir / name).read_bytes()) for name in CSV_FILES)
         shared = loads(metadata[SHARED_KEY])
         stored_shared = [orjson.dumps(value) for value in shared]
-        names, small = table.column("policy").to_pylist(), table.column("small").to_pylist()
+        names, small = table.column("policy").to_pylist(), _views(table.column("small"))
         c0s, c1s, m0s, m1s = (table.column(c).to_numpy().tolist() for c in COLUMNS[1:5])
         if names and (c1s[-1] != len(cells_data) or m1s[-1] != len(matrix_data)):
             return None
@@ -92,26 +93,17 @@ def save(root: Path, slices: dict[str, Slice], order: list[str], key: str, out_d
     values as its store did; the store's values no longer used stay until a collect computes every slice."""
     base = next((piece.stored[0] for piece in slices.values() if piece.stored is not None), [])
     shared: dict[bytes, int] = {value: number for number, value in enumerate(base)}
-    at: dict[str, list[int]] = {column: [] for column in COLUMNS[1:5]}
-    small = []
-    cells_end, matrix_end = len(CELLS_HEADER.encode()), len(MATRIX_HEADER.encode())
-    for name in order:
-        piece = slices[name]
-        at["cells_start"].append(cells_end)
-        at["matrix_start"].append(matrix_end)
-        cells_end, matrix_end = cells_end + len(piece.cells_csv), matrix_end + len(piece.matrix_csv)
-        at["cells_end"].append(cells_end)
-        at["matrix_end"].append(matrix_end)
-        if piece.stored is not None and piece.stored[0] is base:
-            small.append(piece.stored[1])
-            continue
-        fields_ = {k: getattr(piece, k) for k in SMALL}
-        for field_ in SHARED:
-            fields_[field_] = shared.setdefault(orjson.dumps(fields_[field_]), len(shared))
-        small.append(orjson.dumps(fields_).decode())
+    pieces = [slices[name] for name in order]
+    at: dict[str, np.ndarray] = {}
+    for name, header, column in (("cells", CELLS_HEADER, "cells_csv"), ("matrix", MATRIX_HEADER, "matrix_csv")):
+        lengths = np.fromiter((len(getattr(piece, column)) for piece in pieces), np.int64, len(pieces))
+        at[f"{name}_end"] = len(header.encode()) + np.cumsum(lengths)
+        at[f"{name}_start"] = at[f"{name}_end"] - lengths
+    small = [piece.stored[1] if piece.stored is not None and piece.stored[0] is base else _small(piece, shared)
+             for piece in pieces]
     table = pa.table({"policy": pa.array(order, pa.string()),
-                      **{column: pa.array(values, pa.int64()) for column, values in at.items()},
-                      "small": pa.array(small, pa.large_string())},
+                      **{column: pa.array(at[column]) for column in COLUMNS[1:5]},
+                      "small": _binary(small)},
                      metadata={DIGEST_KEY: key.encode(), FILES_KEY: _files(out_dir),
                                SHARED_KEY: b"[" + b",".join(shared) + b"]"})
     try:
@@ -119,3 +111,31 @@ def save(root: Path, slices: dict[str, Slice], order: list[str], key: str, out_d
         write_table(root / STORE_FILE, table)
     except OSError:
         pass
+
+
+def _small(piece: Slice, shared: dict[bytes, int]) -> str:
+    """A computed slice's SMALL fields as JSON, its SHARED values numbered (new ones added to `shared`)."""
+    fields_ = {k: getattr(piece, k) for k in SMALL}
+    for field_ in SHARED:
+        fields_[field_] = shared.setdefault(orjson.dumps(fields_[field_]), len(shared))
+    return orjson.dumps(fields_)
+
+
+def _binary(values: list[bytes | memoryview]) -> pa.LargeBinaryArray:
+    """The values as one Arrow array, built from their joined bytes and offsets: pa.array converts value by value
+    (0.02 to 0.05 s for 10 MB of slices at 100,000 records)."""
+    lengths = np.fromiter(map(len, values), np.int64, len(values))
+    offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lengths)])
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(values),
+                                            [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(values))])
+
+
+def _views(column: pa.ChunkedArray) -> list[memoryview]:
+    """Each value of a large_binary column as a view of the (memory-mapped) file: no copy, no decoding."""
+    array = column.combine_chunks()
+    if not len(array):
+        return []
+    _, offsets, data = array.buffers()
+    at = np.frombuffer(offsets, np.int64)[array.offset:array.offset + len(array) + 1].tolist()
+    view = memoryview(data) if data is not None else memoryview(b"")
+    return [view[start:end] for start, end in zip(at[:-1], at[1:], strict=True)]

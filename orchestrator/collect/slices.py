@@ -67,8 +67,9 @@ class Slice:
     records: int = 0
     newest: str = ""  # the latest ended_at of its records
     rows: list[list[str]] | None = None  # [html, status, failures] of report.html's cells table, when computed
-    stored: tuple[list[bytes], str] | None = field(default=None, compare=False, repr=False)  # as slice_store.py
-    # read it: the store's shared values and this slice's SMALL fields' JSON, written again as they were
+    # as slice_store.py read it: the store's shared values and this slice's SMALL fields' JSON (a view of the store),
+    # written again as they were
+    stored: tuple[list[bytes], bytes | memoryview] | None = field(default=None, compare=False, repr=False)
 
 
 SMALL = (  # the fields slice_store.py keeps as JSON
