@@ -22,11 +22,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..atomic import write_bytes_atomic
+from ..atomic import write_bytes_atomic, write_pieces_atomic
 from ..config import Composed, ConfigError, axis_list, compose_config, selected, to_plain
 from ..config_cache import kept
 from . import assemble, last_collect, slice_store
 from . import changes as changes_md
+from .assemble import Pieces
 from .catalog import Catalog, load_catalog
 from .index import INDEX_DIR, Indexed, frames, update_index
 from .records import REPRO_EXPORTER
@@ -43,7 +44,7 @@ CHANGES = "changes.md"
 class Collected:
     slices: dict[str, Slice]  # one per policy of the matrix
     matrix: pd.DataFrame  # the matrix rows of the policies computed (all of them, unless slices were kept)
-    outputs: dict[str, str | bytes]  # file name under DIR -> its text
+    outputs: dict[str, str | Pieces]  # file name under DIR -> its text
     records: int  # the cells collected, standalone repros included
     computed: set[str] | None = None  # the policies computed (None: all); the others' slices were kept
     previous: pd.DataFrame | None = None  # the kept matrix rows of the computed policies (changes.md)
@@ -166,22 +167,26 @@ def _among(column: pa.ChunkedArray, values: set[str]) -> pa.ChunkedArray:
     return pc.is_in(column, value_set=pa.array(sorted(values), column.type))
 
 
-def _write_changed(path: Path, text: str | bytes) -> bool:
+def _write_changed(path: Path, text: str | bytes | Pieces) -> bool:
     """Write the file (atomically) unless it already holds text: after a rerun most outputs stay the same, and
     reading is cheaper than writing and syncing."""
-    data = text.encode() if isinstance(text, str) else text  # once: cells.csv is tens of MB at 100,000 records
-    if not _stale(path, data):
+    pieces = _pieces(text)  # encoded once: cells.csv is tens of MB at 100,000 records
+    if not _stale(path, pieces):
         return False
-    write_bytes_atomic(path, data)
+    write_pieces_atomic(path, pieces)
     return True
 
 
-def _stale(path: Path, expected: str | bytes) -> bool:
-    data = expected.encode() if isinstance(expected, str) else expected
+def _stale(path: Path, expected: str | bytes | Pieces) -> bool:
+    pieces = _pieces(expected)
     try:  # a file of another size differs: not read (cells.csv is tens of MB)
-        return path.stat().st_size != len(data) or path.read_bytes() != data
+        return path.stat().st_size != sum(map(len, pieces)) or path.read_bytes() != b"".join(pieces)
     except OSError:  # missing or unreadable: written again (or reported by --check)
         return True
+
+
+def _pieces(text: str | bytes | Pieces) -> Pieces:
+    return [text.encode()] if isinstance(text, str) else [text] if isinstance(text, bytes) else text
 
 
 def kept_settings(overrides: list[str], config_dir: Path | None) -> tuple[Settings, dict[str, Any]]:
