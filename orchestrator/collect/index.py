@@ -127,8 +127,8 @@ class Index:
             else:
                 write_table(self.root / DELTA_FILE, self._stamped(delta))
             if dirs is not None:
-                dirs_frame = pd.DataFrame({"path": list(dirs), "mtime_ns": list(dirs.values())})
-                write_table(self.root / DIRS_FILE, pa.Table.from_pandas(dirs_frame, preserve_index=False))
+                write_table(self.root / DIRS_FILE, pa.table({"path": pa.array(list(dirs), pa.string()),
+                                                             "mtime_ns": pa.array(list(dirs.values()), pa.int64())}))
         except OSError:
             pass  # an index that cannot be written (read-only or full disk) costs the next collect time only
 

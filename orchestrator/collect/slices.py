@@ -16,7 +16,6 @@ collect from scratch computes every slice at once; the next one keeps the slices
 from __future__ import annotations
 
 import csv
-import functools
 import io
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -102,6 +101,7 @@ def _quoting_characters() -> str:
 
 
 QUOTING = _quoting_characters()
+QUOTED = "[" + "".join(f"\\x{{{ord(character):x}}}" for character in QUOTING) + "]"  # RE2: any of them
 
 
 def _csv_texts(column: pd.Series) -> list[str] | None:
@@ -109,10 +109,12 @@ def _csv_texts(column: pd.Series) -> list[str] | None:
     dtype = column.dtype
     if isinstance(dtype, np.dtype) and dtype.kind in "fib" and dtype.itemsize == (1 if dtype.kind == "b" else 8):
         values = column.to_numpy()
-        texts = values.astype(str)  # what pandas does: float64's shortest round-trip text, as repr() gives
+        # what pandas does: float64's shortest round-trip text, as repr() gives (half the time of numpy's astype)
+        texts = list(map(repr if dtype.kind == "f" else str, values.tolist()))
         if dtype.kind == "f":
-            texts[np.isnan(values)] = ""
-        return texts.tolist()  # never quoted: digits, signs, ".", "e", "inf", True/False
+            for missing in np.flatnonzero(np.isnan(values)).tolist():
+                texts[missing] = ""
+        return texts  # never quoted: digits, signs, ".", "e", "inf", True/False
     if not isinstance(dtype, pd.StringDtype) and not pd.api.types.is_object_dtype(dtype):
         return None
     try:  # text and missing values only (NaN and None are missing, as to pandas)
@@ -122,7 +124,7 @@ def _csv_texts(column: pd.Series) -> list[str] | None:
     if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type) or pa.types.is_null(values.type)):
         return None  # numbers, booleans or bytes among the values: pandas writes each as str() gives it
     texts = pc.fill_null(values.cast(pa.string()), "")
-    quoted = functools.reduce(pc.or_, [pc.match_substring(texts, character) for character in QUOTING])
+    quoted = pc.match_substring_regex(texts, QUOTED)
     if pc.any(quoted).as_py():
         wrapped = pc.binary_join_element_wise('"', pc.replace_substring(texts, '"', '""'), '"', "")
         texts = pc.if_else(quoted, wrapped, texts)
