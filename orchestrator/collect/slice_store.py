@@ -33,7 +33,7 @@ DIGEST_KEY = b"export-matrix-slices"
 FILES_KEY = b"export-matrix-slices-files"  # the identities of cells.csv and matrix.csv
 SHARED_KEY = b"export-matrix-slices-shared"  # each value of SHARED once: the slices refer to them by number
 SHARED = ("builds", "gpu_versions", "fixes")  # the same for most policies (their versions strings are long)
-COLUMNS = ["policy", "cells_start", "cells_end", "matrix_start", "matrix_end", "small"]
+COLUMNS = ["policy", "cells_start", "cells_end", "matrix_start", "matrix_end", "small", "pairs"]
 CSV_FILES = ("cells.csv", "matrix.csv")
 
 
@@ -61,7 +61,8 @@ def _files(out_dir: Path) -> bytes:
 
 def load(root: Path, key: str, out_dir: Path) -> dict[str, Slice] | None:
     table = read_table(root / STORE_FILE)
-    if table is None or table.column_names != COLUMNS or table.schema.field("small").type != pa.large_binary():
+    if table is None or table.column_names != COLUMNS or any(table.schema.field(name).type != pa.large_binary()
+                                                             for name in ("small", "pairs")):
         return None
     metadata, files = table.schema.metadata or {}, _files(out_dir)
     if not files or metadata.get(DIGEST_KEY) != key.encode() or metadata.get(FILES_KEY) != files:
@@ -71,17 +72,18 @@ def load(root: Path, key: str, out_dir: Path) -> dict[str, Slice] | None:
         cells_data, matrix_data = (memoryview((out_dir / name).read_bytes()) for name in CSV_FILES)
         shared = loads(metadata[SHARED_KEY])
         stored_shared = [orjson.dumps(value) for value in shared]
-        names, small = table.column("policy").to_pylist(), _views(table.column("small"))
+        names, small, pairs = (table.column("policy").to_pylist(), _views(table.column("small")),
+                               _views(table.column("pairs")))
         c0s, c1s, m0s, m1s = (table.column(c).to_numpy().tolist() for c in COLUMNS[1:5])
         if names and (c1s[-1] != len(cells_data) or m1s[-1] != len(matrix_data)):
             return None
         slices = {}
-        for name, c0, c1, m0, m1, text in zip(names, c0s, c1s, m0s, m1s, small, strict=True):
+        for name, c0, c1, m0, m1, text, packed in zip(names, c0s, c1s, m0s, m1s, small, pairs, strict=True):
             fields_ = loads(text)
             for field_ in SHARED:  # one object for the slices with the same value: read, never changed
                 fields_[field_] = shared[fields_[field_]]
             slices[name] = Slice(cells_csv=cells_data[c0:c1], matrix_csv=matrix_data[m0:m1],
-                                 stored=(stored_shared, text), **fields_)
+                                 stored=(stored_shared, text), pairs=packed, **fields_)
         return slices
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
@@ -103,7 +105,9 @@ def save(root: Path, slices: dict[str, Slice], order: list[str], key: str, out_d
              for piece in pieces]
     table = pa.table({"policy": pa.array(order, pa.string()),
                       **{column: pa.array(at[column]) for column in COLUMNS[1:5]},
-                      "small": _binary(small)},
+                      "small": _binary(small),
+                      "pairs": _binary([piece.pairs if not isinstance(piece.pairs, dict) else orjson.dumps(piece.pairs)
+                                        for piece in pieces])},
                      metadata={DIGEST_KEY: key.encode(), FILES_KEY: _files(out_dir),
                                SHARED_KEY: b"[" + b",".join(shared) + b"]"})
     try:

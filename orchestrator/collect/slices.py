@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..jsonio import loads
 from . import render_html
 from .catalog import NEW, flag_column
 from .failure_summary import GpuNotes, Hits, Part, columns, order, pair_hits, policy_part
@@ -52,12 +53,9 @@ class Slice:
     cells_csv: bytes | memoryview = b""  # its cells.csv rows, in table order (UTF-8: a kept slice's are a view of
     # the file)
     matrix_csv: bytes | memoryview = b""  # its matrix.csv rows, in table order
-    spans: dict[str, list[int]] = field(default_factory=dict)  # GPU -> [its cells_csv bytes, its matrix_csv
-    # bytes], in table order
     md: dict[str, str] = field(default_factory=dict)  # GPU -> its matrix.md cell
     html: dict[str, str] = field(default_factory=dict)  # GPU -> its report.html cell
     symbols: dict[str, str] = field(default_factory=dict)  # GPU -> its matrix row's symbol
-    hits: dict[str, Hits] = field(default_factory=dict)  # GPU with a record -> its hits (failure_summary.py)
     part: Part | None = None  # its part of the failure summary (failure_summary.py); None without a record
     new: list[list[str]] = field(default_factory=list)  # [first error line, cell id, log] of each new failure
     builds: list[list[Any]] = field(default_factory=list)  # [torch, versions, cells], first seen first
@@ -69,11 +67,29 @@ class Slice:
     # as slice_store.py read it: the store's shared values and this slice's SMALL fields' JSON (a view of the store),
     # written again as they were
     stored: tuple[list[bytes], bytes | memoryview] | None = field(default=None, compare=False, repr=False)
+    # {"spans": ..., "hits": ...}, or as the store keeps it, JSON read on first use: only a merge wants them, and
+    # parsing every kept slice's took a third of reading the store
+    pairs: dict[str, dict[str, Any]] | bytes | memoryview = field(default_factory=lambda: {"spans": {}, "hits": {}},
+                                                                  repr=False)
+
+    @property
+    def spans(self) -> dict[str, list[int]]:
+        """GPU -> [its cells_csv bytes, its matrix_csv bytes], in table order."""
+        return self._pairs()["spans"]
+
+    @property
+    def hits(self) -> dict[str, Hits]:
+        """GPU with a record -> its hits (failure_summary.py)."""
+        return self._pairs()["hits"]
+
+    def _pairs(self) -> dict[str, dict[str, Any]]:
+        if not isinstance(self.pairs, dict):
+            self.pairs = loads(self.pairs)
+        return self.pairs
 
 
-SMALL = (  # the fields slice_store.py keeps as JSON
-    "spans", "md", "html", "symbols", "hits", "part", "new", "builds", "fixes", "gpu_versions", "records", "newest",
-    "rows")
+SMALL = (  # the fields slice_store.py keeps as JSON (and `pairs` apart)
+    "md", "html", "symbols", "part", "new", "builds", "fixes", "gpu_versions", "records", "newest", "rows")
 
 
 def csv_rows(frame: pd.DataFrame) -> list[str]:
