@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -17,6 +18,22 @@ from .render_md import md_text, num
 from .settings import Settings
 
 KEYS = ["policy", "gpu"]
+
+
+class _Row(NamedTuple):
+    """The columns `changes` compares, taken as lists (iterating rows boxed every pyarrow value one at a time)."""
+
+    policy: str
+    gpu: str
+    state: str
+    symbol: object
+    symbol_was: object
+    failures: object
+    failures_was: object
+    new_error: object
+    new_error_was: object
+    margin: object
+    margin_was: object
 
 
 def read_previous(path: Path) -> pd.DataFrame | None:
@@ -55,7 +72,8 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
     merged = now.merge(previous, on=KEYS, how="outer", suffixes=("", "_was"), indicator="state")
     merged = merged.sort_values("order", kind="stable", na_position="last")  # table order; dropped cells last
     lines = []
-    for row in _differing(merged).itertuples(index=False):
+    differing = _differing(merged)
+    for row in map(_Row._make, zip(*(differing[name].tolist() for name in _Row._fields), strict=True)):
         where = f"{row.policy} on {settings.gpu_short(row.gpu)}"
         if row.state == "right_only":
             lines.append(f"{where}: no longer collected (was {row.symbol_was})")

@@ -5,6 +5,7 @@ Every text from a record goes through html.escape; links are relative to DIR (wh
 
 from __future__ import annotations
 
+from collections import namedtuple
 from html import escape
 from urllib.parse import quote
 
@@ -118,10 +119,15 @@ def _cells_table(summary: Summary) -> str:
     return "\n".join(out)
 
 
+_CellRow = namedtuple("_CellRow", ["id", "log", "status", "failed_step", "failures", "max_diff", "tolerance", "margin",
+                                   "speedup", "exported_ms", "peak_gpu_mib", "check", "attempt", "error"])
+
+
 def cell_rows(cells: pd.DataFrame) -> list[str]:
     """Each cell's row of the cells table."""
     out = []
-    for row in cells.itertuples(index=False):
+    # columns taken as lists: iterating rows boxed every pyarrow value one at a time
+    for row in map(_CellRow._make, zip(*(cells[name].tolist() for name in _CellRow._fields), strict=True)):
         diff = f"{num(row.max_diff)} / {num(row.tolerance)}" if num(row.max_diff) else ""
         out.append(f'<tr data-status="{escape(row.status)}" data-failures="{escape(_str(row.failures))}">'
                    f"<td>{_link(row.log, row.id)}</td><td>{escape(row.status)}</td>"
