@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import PACKAGE_CONF, ConfigError
-from orchestrator.config_cache import cache_path, composed_out_dir
+from orchestrator.config_cache import KEPT, cache_path, composed_out_dir, kept
 from orchestrator.record import Record, write_record
 from orchestrator.spec import cell_dir
 
@@ -46,6 +46,26 @@ def test_out_dir_follows_every_change_of_the_config_and_the_overrides(tmp_path: 
     for _ in range(2):  # a bad override fails every time: only what composed is kept
         with pytest.raises(ConfigError, match="nope"):
             composed_out_dir(["launcher=nope"], conf)
+
+
+def test_a_full_cache_keeps_the_newest_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With KEPT values remembered, a new one pushes out the oldest, never itself: older keys that sort after the
+    new one (any digest sorts before "ffff...") must not make it forgotten, or it is composed on every call."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    old = {f"{'f' * 60}{i:04d}": f"old{i}" for i in range(KEPT)}
+    cache_path("test").parent.mkdir(parents=True)
+    cache_path("test").write_text(json.dumps(old))
+    composed: list[int] = []
+
+    def compose() -> str:
+        composed.append(1)
+        return "new"
+
+    assert [kept("test", [f"x={n}"], None, [], [], compose) for n in (1, 1, 2, 1, 2)] == ["new"] * 5
+    assert composed == [1, 1]
+    remembered = json.loads(cache_path("test").read_text())
+    assert len(remembered) == KEPT and "old0" not in remembered.values() and "old1" not in remembered.values()
+    assert list(remembered.values())[:-2] == [f"old{i}" for i in range(2, KEPT)]
 
 
 def test_a_known_config_is_read_without_importing_hydra(tmp_path: Path) -> None:
