@@ -22,13 +22,13 @@ FILES = ("cells.csv", "matrix.csv", "repros.csv", "matrix.md", "report.html", "c
 def rendered(monkeypatch) -> list[int]:
     """One entry per collect that rendered its outputs."""
     calls: list[int] = []
-    original = collect_module.assemble.outputs
+    original = collect_module.assemble.rendered
 
     def spy(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(collect_module.assemble, "outputs", spy)
+    monkeypatch.setattr(collect_module.assemble, "rendered", spy)
     return calls
 
 

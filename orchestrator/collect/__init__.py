@@ -13,6 +13,7 @@ import gc
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -44,7 +45,7 @@ CHANGES = "changes.md"
 class Collected:
     slices: dict[str, Slice]  # one per policy of the matrix
     matrix: pd.DataFrame  # the matrix rows of the policies computed (all of them, unless slices were kept)
-    outputs: dict[str, str | Pieces]  # file name under DIR -> its text
+    repros: pd.DataFrame  # repros.csv's rows
     records: int  # the cells collected, standalone repros included
     computed: set[str] | None = None  # the policies computed (None: all); the others' slices were kept
     previous: pd.DataFrame | None = None  # the kept matrix rows of the computed policies (changes.md)
@@ -125,8 +126,7 @@ def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) -> Co
     is_repro = cells["repro_row"].notna()
     ordinary = cells[~is_repro]
     slices, matrix = compute(ordinary, history, settings, listed_policies(ordinary["policy"].value_counts().to_dict()))
-    repros = repro_table(cells[is_repro], settings)
-    return Collected(slices, matrix, assemble.outputs(slices, repros, settings), len(cells))
+    return Collected(slices, matrix, repro_table(cells[is_repro], settings), len(cells))
 
 
 def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -> Collected:
@@ -159,7 +159,7 @@ def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -
     repro_cells, _ = frames(indexed.rows(pc.invert(ordinary)))
     previous = changes_md.read_matrix_csv(MATRIX_HEADER + b"".join(matrix_rows(kept[p], partial.get(p))
                                                                     for p in computed if p in kept).decode())
-    return Collected(slices, matrix, assemble.outputs(slices, repro_table(repro_cells, settings), settings),
+    return Collected(slices, matrix, repro_table(repro_cells, settings),
                      sum(piece.records for piece in slices.values()) + len(repro_cells), computed, previous)
 
 
@@ -244,18 +244,31 @@ def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, c
             return _nothing_changed(last, out_dir, into, check)
         kept = None if indexed.changed is None else slice_store.load(root, key, out_dir)
         done = _kept_tables(indexed, settings, kept) if kept is not None else tables(*frames(indexed.table), settings)
-    spliced = splice_file(into, done.outputs["matrix.md"]) if into is not None else None  # fails before writing
+    policies = assemble.table_order(done.slices, settings)
+    csv_files = assemble.csv_files(done.slices, policies)
     if check:
-        stale = [name for name, text in done.outputs.items() if _stale(out_dir / name, text)]
-        return _checked(stale, spliced, done.records, out_dir, into)
-    previous = done.previous if done.computed is not None else changes_md.read_previous(matrix_csv)
-    lines = changes_md.changes(previous, done.matrix, settings)
-    written = {name for name, text in done.outputs.items() if _write_changed(out_dir / name, text)}
+        texts = {**csv_files, **assemble.rendered(done.slices, policies, done.repros, settings)}
+        spliced = splice_file(into, texts["matrix.md"]) if into is not None else None
+        return _checked([name for name in OUTPUTS if _stale(out_dir / name, texts[name])], spliced, done.records,
+                        out_dir, into)
+    if into is not None:
+        splice_file(into, "")  # a FILE that cannot take the table fails the collect before anything is written
+    previous = done.previous if done.computed is not None else changes_md.read_previous(matrix_csv)  # before the
+    # new matrix.csv replaces it
+    with ThreadPoolExecutor(max_workers=1) as writer:  # the CSV files' writes (system calls, tens of MB: no GIL
+        # held) go on while the other outputs are rendered
+        csv_written = {name: writer.submit(_write_changed, out_dir / name, pieces)
+                       for name, pieces in csv_files.items()}
+        texts = assemble.rendered(done.slices, policies, done.repros, settings)
+        spliced = splice_file(into, texts["matrix.md"]) if into is not None else None
+        lines = changes_md.changes(previous, done.matrix, settings)
+        written = {name for name, text in texts.items() if _write_changed(out_dir / name, text)}
+        written |= {name for name, future in csv_written.items() if future.result()}
     counts = Counter(s for piece in done.slices.values() for s in piece.symbols.values())
     summary = last_collect.Last(done.records, dict(counts.most_common()))
     if key is not None:  # a narrowed collect (policy=...) keeps neither: its outputs are not the whole table
         if done.computed != set() or written & set(slice_store.CSV_FILES):  # else the kept ones still stand
-            slice_store.save(root, done.slices, assemble.table_order(done.slices, settings), key, out_dir)
+            slice_store.save(root, done.slices, policies, key, out_dir)
         last_collect.save(root, key, out_dir, OUTPUTS, summary)
     return _report(lines, spliced, summary, out_dir, into)
 

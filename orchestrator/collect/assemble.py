@@ -23,8 +23,8 @@ def table_order(slices: dict[str, Slice], settings: Settings) -> list[str]:
     return sorted(slices, key=order(settings.policies))
 
 
-def summary(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) -> Summary:
-    policies = table_order(slices, settings)
+def summary(slices: dict[str, Slice], policies: list[str], repros: pd.DataFrame, settings: Settings) -> Summary:
+    """What the rendered outputs show, from every slice (`policies`: them in table order)."""
     recorded_gpus = {gpu for piece in slices.values() for gpu in piece.md}
     gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(recorded_gpus)]) if g in recorded_gpus]
     new: dict[str, list[str]] = {}
@@ -72,13 +72,17 @@ def summary(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) 
 Pieces = list[bytes | memoryview]  # a file's bytes, in pieces written one after another
 
 
-def outputs(slices: dict[str, Slice], repros: pd.DataFrame, settings: Settings) -> dict[str, str | Pieces]:
-    """Each output's text, by file name; the CSV files as their slices' rows, encoded and not joined (tens of MB
-    at 100,000 records, mostly views of the files they replace)."""
-    shown = summary(slices, repros, settings)
+def csv_files(slices: dict[str, Slice], policies: list[str]) -> dict[str, Pieces]:
+    """cells.csv and matrix.csv as their slices' rows (`policies`: in table order), encoded and not joined: tens of
+    MB at 100,000 records, mostly views of the files they replace."""
+    return {"cells.csv": [CELLS_HEADER.encode(), *(slices[p].cells_csv for p in policies)],
+            "matrix.csv": [MATRIX_HEADER.encode(), *(slices[p].matrix_csv for p in policies)]}
+
+
+def rendered(slices: dict[str, Slice], policies: list[str], repros: pd.DataFrame, settings: Settings) -> dict[str, str]:
+    """repros.csv, matrix.md and report.html, by file name."""
+    shown = summary(slices, policies, repros, settings)
     return {
-        "cells.csv": [CELLS_HEADER.encode(), *(slices[p].cells_csv for p in shown.policies)],
-        "matrix.csv": [MATRIX_HEADER.encode(), *(slices[p].matrix_csv for p in shown.policies)],
         "repros.csv": repros.to_csv(index=False, lineterminator="\n"),
         "matrix.md": render_md.render(shown, settings),
         "report.html": render_html.render(shown, settings),
