@@ -198,8 +198,10 @@ def kept_settings(overrides: list[str], config_dir: Path | None) -> tuple[Settin
 
 
 def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None = None, check: bool = False) -> int:
-    with _no_cycle_collection():
-        return _collect(overrides, config_dir, into, check)
+    # Writes of tens or hundreds of MB (the index, cells.csv) are system calls and Arrow's code, which run without
+    # Python's lock: a writer thread does them while the collect goes on; the collect returns once they are done.
+    with _no_cycle_collection(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="collect-writer") as writer:
+        return _collect(overrides, config_dir, into, check, writer)
 
 
 @contextmanager
@@ -216,12 +218,13 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, check: bool) -> int:
+def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, check: bool,
+             writer: ThreadPoolExecutor) -> int:
     settings, plain = kept_settings(overrides, config_dir)
     out_dir = settings.out_dir
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")
-    indexed = update_index(out_dir, settings.read_threads, update=not check)
+    indexed = update_index(out_dir, settings.read_threads, update=not check, writer=writer)
     root, matrix_csv = out_dir / INDEX_DIR, out_dir / "matrix.csv"
     key = None
     if plain["selection"]:  # policy=, gpu=, torch= narrow the table to those cells (computed from scratch)
@@ -255,15 +258,14 @@ def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, c
         splice_file(into, "")  # a FILE that cannot take the table fails the collect before anything is written
     previous = done.previous if done.computed is not None else changes_md.read_previous(matrix_csv)  # before the
     # new matrix.csv replaces it
-    with ThreadPoolExecutor(max_workers=1) as writer:  # the CSV files' writes (system calls, tens of MB: no GIL
-        # held) go on while the other outputs are rendered
-        csv_written = {name: writer.submit(_write_changed, out_dir / name, pieces)
-                       for name, pieces in csv_files.items()}
-        texts = assemble.rendered(done.slices, policies, done.repros, settings)
-        spliced = splice_file(into, texts["matrix.md"]) if into is not None else None
-        lines = changes_md.changes(previous, done.matrix, settings)
-        written = {name for name, text in texts.items() if _write_changed(out_dir / name, text)}
-        written |= {name for name, future in csv_written.items() if future.result()}
+    csv_written = {name: writer.submit(_write_changed, out_dir / name, pieces) for name, pieces in csv_files.items()}
+    texts = assemble.rendered(done.slices, policies, done.repros, settings)  # while the CSV files are written
+    spliced = splice_file(into, texts["matrix.md"]) if into is not None else None
+    lines = changes_md.changes(previous, done.matrix, settings)
+    written = {name for name, text in texts.items() if _write_changed(out_dir / name, text)}
+    written |= {name for name, future in csv_written.items() if future.result()}
+    if indexed.saved is not None:
+        indexed.saved.result()  # its error, if any, is the collect's
     counts = Counter(s for piece in done.slices.values() for s in piece.symbols.values())
     summary = last_collect.Last(done.records, dict(counts.most_common()))
     if key is not None:  # a narrowed collect (policy=...) keeps neither: its outputs are not the whole table
