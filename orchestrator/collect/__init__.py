@@ -258,19 +258,19 @@ def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, c
         splice_file(into, "")  # a FILE that cannot take the table fails the collect before anything is written
     previous = done.previous if done.computed is not None else changes_md.read_previous(matrix_csv)  # before the
     # new matrix.csv replaces it
-    csv_written = {name: writer.submit(_write_changed, out_dir / name, pieces) for name, pieces in csv_files.items()}
+    writes = {name: writer.submit(_write_changed, out_dir / name, pieces) for name, pieces in csv_files.items()}
     texts = assemble.rendered(done.slices, policies, done.repros, settings)  # while the CSV files are written
     spliced = splice_file(into, texts["matrix.md"]) if into is not None else None
+    writes |= {name: writer.submit(_write_changed, out_dir / name, text) for name, text in texts.items()}
     lines = changes_md.changes(previous, done.matrix, settings)
-    written = {name for name, text in texts.items() if _write_changed(out_dir / name, text)}
-    written |= {name for name, future in csv_written.items() if future.result()}
-    if indexed.saved is not None:
-        indexed.saved.result()  # its error, if any, is the collect's
     counts = Counter(s for piece in done.slices.values() for s in piece.symbols.values())
     summary = last_collect.Last(done.records, dict(counts.most_common()))
+    csv_written = any([writes[name].result() for name in slice_store.CSV_FILES])  # both written before the save
+    if key is not None and (done.computed != set() or csv_written):  # else the kept slices still stand
+        slice_store.save(root, done.slices, policies, key, out_dir)  # by cells.csv's and matrix.csv's identity
+    for future in [*writes.values(), *([indexed.saved] if indexed.saved is not None else [])]:
+        future.result()  # written, or its error is the collect's
     if key is not None:  # a narrowed collect (policy=...) keeps neither: its outputs are not the whole table
-        if done.computed != set() or written & set(slice_store.CSV_FILES):  # else the kept ones still stand
-            slice_store.save(root, done.slices, policies, key, out_dir)
         last_collect.save(root, key, out_dir, OUTPUTS, summary)
     return _report(lines, spliced, summary, out_dir, into)
 
