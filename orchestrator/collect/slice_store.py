@@ -5,8 +5,9 @@ and this package's collect code) and beside the cells.csv and matrix.csv written
 size): a slice's CSV rows are not stored twice but cut from those files (the store keeps where each policy's rows
 start, in bytes), and the next collect computes changes.md from the kept matrix rows of the policies it computes
 again, which is right only while matrix.csv is the one they were written with. The builds, versions and fixes,
-the same for most policies, are stored once each. Anything else (missing, foreign, stale) means computing every
-slice, as a first collect does.
+the same for most policies, are stored once each. Each slice's JSON is kept as bytes and read as a view of the
+memory-mapped store; its spans and hits (`pairs`) apart, parsed only when a merge wants them. Anything else
+(missing, foreign, stale) means computing every slice, as a first collect does.
 """
 
 from __future__ import annotations
