@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 
 def write_bytes_atomic(path: Path, data: str | bytes) -> None:
-    write_atomic(path, lambda handle: handle.write(data.encode() if isinstance(data, str) else data))
+    write_pieces_atomic(path, [data.encode() if isinstance(data, str) else data])
 
 
 def write_pieces_atomic(path: Path, pieces: list[bytes | memoryview]) -> None:

@@ -130,7 +130,7 @@ def tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) -> Co
 
 
 def _kept_tables(indexed: Indexed, settings: Settings, kept: dict[str, Slice]) -> Collected:
-    """The outputs computing again only the policy x gpu pairs whose records changed since `kept` (their
+    """The slices, computing again only the policy x gpu pairs whose records changed since `kept` (their
     policies' other GPUs taken from the kept slices), or the whole policy where its cells-table rows are wanted."""
     ordinary = pc.is_null(indexed.column("repro_row"))
     policies = indexed.column("policy")

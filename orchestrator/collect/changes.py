@@ -14,6 +14,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from .catalog import NEW, id_key
+from .failure_summary import named_rows
 from .render_md import md_text, num
 from .settings import Settings
 
@@ -21,7 +22,7 @@ KEYS = ["policy", "gpu"]
 
 
 class _Row(NamedTuple):
-    """The columns `changes` compares, taken as lists (iterating rows boxed every pyarrow value one at a time)."""
+    """The columns `changes` compares."""
 
     policy: str
     gpu: str
@@ -72,8 +73,7 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
     merged = now.merge(previous, on=KEYS, how="outer", suffixes=("", "_was"), indicator="state")
     merged = merged.sort_values("order", kind="stable", na_position="last")  # table order; dropped cells last
     lines = []
-    differing = _differing(merged)
-    for row in map(_Row._make, zip(*(differing[name].tolist() for name in _Row._fields), strict=True)):
+    for row in named_rows(_differing(merged), _Row):
         where = f"{row.policy} on {settings.gpu_short(row.gpu)}"
         if row.state == "right_only":
             lines.append(f"{where}: no longer collected (was {row.symbol_was})")

@@ -10,6 +10,7 @@ changed and the part from them; `failure_rows` and `policy_line` only assemble t
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
@@ -32,6 +33,12 @@ def columns(frame: pd.DataFrame, *names: str) -> list[list]:
     """Columns as Python lists: iterating a pyarrow-backed column yields one boxed scalar at a time (most of a
     render at 10,000 records), `tolist` converts it in one call."""
     return [frame[name].tolist() for name in names]
+
+
+def named_rows(frame: pd.DataFrame, kind: Any) -> Iterator[Any]:
+    """Each row as a `kind` (a named tuple of some of frame's columns), taken from the columns as lists (see
+    `columns`), not by iterating rows."""
+    return map(kind._make, zip(*columns(frame, *kind._fields), strict=True))
 
 
 class GpuNotes:

@@ -279,8 +279,9 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True, writer: E
             tail = source.slice(index.base_rows)  # the old delta and the rows just read: few, so take copies little
             delta = tail.take(pa.array(from_delta - index.base_rows))
             job = partial(index.write, None, delta, stamps if stamps != known_dirs else None)
-        indexed.saved = writer.submit(job) if writer is not None else None
-        if writer is None:
+        if writer is not None:
+            indexed.saved = writer.submit(job)
+        else:
             job()
     return indexed
 

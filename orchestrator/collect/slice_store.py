@@ -118,7 +118,7 @@ def save(root: Path, slices: dict[str, Slice], order: list[str], key: str, out_d
         pass
 
 
-def _small(piece: Slice, shared: dict[bytes, int]) -> str:
+def _small(piece: Slice, shared: dict[bytes, int]) -> bytes:
     """A computed slice's SMALL fields as JSON, its SHARED values numbered (new ones added to `shared`)."""
     fields_ = {k: getattr(piece, k) for k in SMALL}
     for field_ in SHARED:
