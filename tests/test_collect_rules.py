@@ -203,6 +203,10 @@ def test_log_tail_is_searched_when_the_error_line_is_unknown(tmp_path: Path) -> 
     assert collect(tmp_path, matrix="matrix.policies=[flux3]") == 0
     got = rows(tmp_path)
     assert (got[("flux3", "h100")]["failures"], got[("flux3", "a100")]["failures"]) == ("4", "3")
+    (tmp_path / "matrix.csv").unlink()
+    assert collect(tmp_path, "collect.at_limit=0.95", matrix="matrix.policies=[flux3]") == 0  # other settings:
+    got = rows(tmp_path)  # every cell classified again, from the collect index's rows, which keep no log tails
+    assert (got[("flux3", "h100")]["failures"], got[("flux3", "a100")]["failures"]) == ("4", "3")
 
 
 def test_a_config_dir_catalog_overrides_and_adds_entries(tmp_path: Path) -> None:

@@ -1,10 +1,11 @@
 """The collect index: every record's row as the last collect read it, so the next one reads only what changed.
 
 DIR/.collect-index/ holds Arrow IPC files (arrow_files.py: memory-mapped, written atomically): `cells.arrow`,
-the typed cells frame in id order plus each record.json's identity (inode, mtime in ns, size) and its earlier
-attempts' check numbers; `delta.arrow`, the rows read since `cells.arrow` was written (they win over its rows of
-the same cell), so that a collect after a rerun writes the few changed rows, not the whole index (115 MB at
-100,000 records: about half a second); and `dirs.arrow`, the mtimes of cells/ and of each policy's and gpu's
+the typed cells frame in id order, but for the log tails (read again from a record where the catalog needs one:
+records.read_log_tails), plus each record.json's identity (inode, mtime in ns, size) and its earlier attempts'
+check numbers; `delta.arrow`, the rows read since `cells.arrow` was written (they win over its rows of the same
+cell), so that a collect after a rerun writes the few changed rows, not the whole index (59 MB at 100,000
+records); and `dirs.arrow`, the mtimes of cells/ and of each policy's and gpu's
 directory. A delta names the base it extends by a token; once it holds more than 10 % of the rows, or a cell is
 gone (a delta only adds rows), the next collect writes a new base instead.
 A collect stats those directories only (25,000 at 100,000 records, not every record): one whose mtime is
@@ -43,7 +44,7 @@ from .arrow_files import read_table, write_table
 from .records import COLUMNS, in_chunks, read_paths, typed_cells, typed_history
 
 INDEX_DIR = ".collect-index"
-VERSION = "5"
+VERSION = "6"
 VERSION_KEY = b"export-matrix-collect-index"
 BASE_KEY = b"export-matrix-collect-index-base"  # the base's token; a delta carries the token of its base
 CELLS_FILE = "cells.arrow"
@@ -51,6 +52,8 @@ DELTA_FILE = "delta.arrow"
 DIRS_FILE = "dirs.arrow"
 CLOCK_FILE = "clock"
 IDENTITY = ("ino", "mtime_ns", "size")
+STORED = (*(c for c in COLUMNS if c != "log_tail"), *IDENTITY, "history")  # a file's columns: rows in memory
+# keep the tails of the records just read (the frames of a full read), the files none
 MAX_RUNS = 64  # a table in more runs than this is copied into one before pandas converts it
 DELTA_SHARE = 0.1  # a delta holding more than this share of the rows is folded into a new base. A new base
 # costs about 0.7 s at 100,000 rows (115 MB touched and written); a delta is written again by every collect that
@@ -114,7 +117,7 @@ class Index:
         metadata = table.schema.metadata or {}
         if metadata.get(VERSION_KEY) != VERSION.encode() or BASE_KEY not in metadata:
             return None
-        if table.column_names != [*COLUMNS, *IDENTITY, "history"]:
+        if table.column_names != list(STORED):
             return None
         return table
 
@@ -134,8 +137,8 @@ class Index:
             pass  # an index that cannot be written (read-only or full disk) costs the next collect time only
 
     def _stamped(self, table: pa.Table) -> pa.Table:
-        return table.replace_schema_metadata({**(table.schema.metadata or {}), VERSION_KEY: VERSION,
-                                              BASE_KEY: self.token})
+        metadata = {**(table.schema.metadata or {}), VERSION_KEY: VERSION, BASE_KEY: self.token}
+        return table.select(list(STORED)).replace_schema_metadata(metadata)
 
 
 def _walk(cells_dir: str, known: dict[str, int], started: int) -> tuple[dict[str, list[str]], dict[str, int]]:
@@ -216,7 +219,7 @@ def _write_base(index: Index, source: pa.Table, order: np.ndarray, stamps: dict[
     """A new base of source's rows in id order. Taken (copied) by Arrow in one pass, as the write copies them
     anyway: cut into runs first (Indexed.table), a base after a rerun of thousands of scattered cells was tens of
     thousands of slices, 0.3 s of Python's time where the writer thread takes none."""
-    index.write(source.take(pa.array(order)), None, stamps)
+    index.write(source.select(list(STORED)).take(pa.array(order)), None, stamps)
 
 
 def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -263,7 +266,7 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True, writer: E
     present = set(ids)
     gone = {cell for gpu_dir in dirty for cell in known.under(gpu_dir) if cell not in present}
     dropped = gone | {ids[i] for i in changed}
-    fresh_table = pa.Table.from_pandas(new, preserve_index=False)
+    fresh_table = pa.Table.from_pandas(new, preserve_index=False).select([*STORED, "log_tail"])
     if previous is None:
         source, order = fresh_table, np.argsort((new["id"] + "/").to_numpy(dtype=object), kind="stable")
     else:
@@ -276,7 +279,8 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True, writer: E
         if previous is None or gone or len(from_delta) > DELTA_SHARE * len(order):  # a delta only adds rows
             job = partial(_write_base, index, source, order, stamps)
         else:
-            tail = source.slice(index.base_rows)  # the old delta and the rows just read: few, so take copies little
+            tail = source.select(list(STORED)).slice(index.base_rows)  # the old delta and the rows just read: few,
+            # so take copies little
             delta = tail.take(pa.array(from_delta - index.base_rows))
             job = partial(index.write, None, delta, stamps if stamps != known_dirs else None)
         if writer is not None:
@@ -291,6 +295,8 @@ def frames(table: pa.Table) -> tuple[pd.DataFrame, pd.DataFrame]:
     if table.num_columns and table.column(0).num_chunks > MAX_RUNS:  # pandas' Arrow strings are slow over
         table = table.combine_chunks()  # thousands of runs (0.9 s instead of 0.5 at 100,000 records)
     frame = table.to_pandas()
+    if "log_tail" not in frame:  # rows of the index's files only
+        frame["log_tail"] = pd.Series(index=frame.index, dtype="str")
     frame["reproduced"] = frame["reproduced"].astype(object)  # True, False or None, as a full read has it
     past_rows = [tuple(r) for text in frame["history"].dropna() for r in json.loads(text)]
     cells = frame[list(COLUMNS)]

@@ -32,7 +32,8 @@ NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_
 TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "check", "repro_row", "repro_summary")
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
 # Only a failure's log tail is searched (for the catalog's patterns, when its error line matches none), so the
-# tails of passed and unfinished cells, most of a record's bytes, stay out of the frame and the collect index.
+# tails of passed and unfinished cells, most of a record's bytes, stay out of the frame. The collect index keeps
+# no tails at all: a tail the catalog needs is read again from its record (read_log_tails).
 NO_TAIL_NEEDED = frozenset({Status.PASSED, *UNFINISHED})
 THREADED_FROM = 256  # paths: fewer go through the calling thread whatever collect.read_threads says
 
@@ -84,7 +85,7 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
         get("margin"), get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
         " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes), _versions(get("versions")),
         f"cells/{policy}/{gpu}/{torch}/{log}" if log else None,
-        None if status in NO_TAIL_NEEDED else _text(get("log_tail")), _text(get("ended_at")),
+        _log_tail(data), _text(get("ended_at")),
         _text(get("check")), None if repro.get("row") is None else str(repro["row"]),
         reproduced if isinstance(reproduced, bool) else None, _text(repro.get("summary")),
         *_runs(get("check_runs"), get("tolerance")),
@@ -95,6 +96,22 @@ def _text(value: Any) -> str | None:
     """A text field as text (a record written by hand may hold a number or a list there): one type per column,
     as the collect index (index.py) stores them."""
     return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _log_tail(data: dict[str, Any]) -> str | None:
+    return None if (data.get("status") or "error") in NO_TAIL_NEEDED else _text(data.get("log_tail"))
+
+
+def read_log_tails(out_dir: Path, ids: list[str]) -> list[str | None]:
+    """These cells' log tails, read again from their records (None: no record, or no tail): the collect index
+    keeps no tails, which were half its bytes (56 of 115 MB at 100,000 records) and are searched only for a
+    failure whose error line the catalog does not know (rules.classify_cells)."""
+    cells = os.path.join(out_dir, "cells")
+    tails = []
+    for cell in ids:
+        data = _read(os.path.join(cells, *cell.split("/"), RECORD_NAME))
+        tails.append(None if data is None else _log_tail(data))
+    return tails
 
 
 def _log(logs: Any, failed_step: Any) -> str | None:

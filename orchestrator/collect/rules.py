@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..record import UNFINISHED, UNREADABLE
 from .catalog import NEW, flag_column
+from .records import read_log_tails
 from .settings import Settings
 
 SYMBOLS = {"pass": "✅", "patched": "🟡", "fail": "❌", "running": "⏳", "missing": "—", "unreadable": "⚠️"}
@@ -82,7 +83,7 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     by_error = [e.column for e in catalog.entries if e.patterns]
     unmatched = df["failing"] & ~flags[by_error].any(axis=1)
     if unmatched.any():  # no entry knows the error line: look in the log's tail
-        flags = flags | catalog.match_many(df["log_tail"].where(unmatched))
+        flags = flags | catalog.match_many(_tails(df, unmatched, settings))
     for failure_id in catalog.signal_ids("slow"):
         flags[flag_column(failure_id)] |= df["slow"]
     for failure_id in catalog.signal_ids("at_limit"):
@@ -96,6 +97,16 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     df["new_error"] = None
     df.loc[new, "new_error"] = first_line(df.loc[new, "error"]).fillna(fallback)
     return df
+
+
+def _tails(df: pd.DataFrame, unmatched: pd.Series, settings: Settings) -> pd.Series:
+    """The log tails of these rows; those the frame lacks (rows from the collect index, which keeps no tails) read
+    from their records."""
+    tails = df["log_tail"].where(unmatched)
+    missing = unmatched & tails.isna()
+    if missing.any():
+        tails[missing] = read_log_tails(settings.out_dir, df.loc[missing, "id"].tolist())
+    return tails
 
 
 def _straddling(df: pd.DataFrame, history: pd.DataFrame) -> pd.Index:
