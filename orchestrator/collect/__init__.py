@@ -265,9 +265,10 @@ def _collect(overrides: list[str], config_dir: Path | None, into: Path | None, c
     lines = changes_md.changes(previous, done.matrix, settings)
     counts = Counter(s for piece in done.slices.values() for s in piece.symbols.values())
     summary = last_collect.Last(done.records, dict(counts.most_common()))
+    store = slice_store.stored(done.slices, policies, key) if key is not None else None  # still while they are
     csv_written = any([writes[name].result() for name in slice_store.CSV_FILES])  # both written before the save
-    if key is not None and (done.computed != set() or csv_written):  # else the kept slices still stand
-        slice_store.save(root, done.slices, policies, key, out_dir)  # by cells.csv's and matrix.csv's identity
+    if store is not None and (done.computed != set() or csv_written):  # else the kept slices still stand
+        slice_store.save(root, store, out_dir)  # by cells.csv's and matrix.csv's identity
     for future in [*writes.values(), *([indexed.saved] if indexed.saved is not None else [])]:
         future.result()  # written, or its error is the collect's
     if key is not None:  # a narrowed collect (policy=...) keeps neither: its outputs are not the whole table

@@ -90,10 +90,10 @@ def load(root: Path, key: str, out_dir: Path) -> dict[str, Slice] | None:
         return None
 
 
-def save(root: Path, slices: dict[str, Slice], order: list[str], key: str, out_dir: Path) -> None:
-    """Keep the slices with the cells.csv and matrix.csv just written, whose rows are theirs in `order` (a store
-    that cannot be written costs time only). A kept slice's JSON is written as it was read, numbering the shared
-    values as its store did; the store's values no longer used stay until a collect computes every slice."""
+def stored(slices: dict[str, Slice], order: list[str], key: str) -> pa.Table:
+    """The store of these slices, whose rows are cells.csv's and matrix.csv's in `order`: made while those files
+    are written, and saved (`save`) once they are. A kept slice's JSON is written as it was read, numbering the
+    shared values as its store did; the store's values no longer used stay until a collect computes every slice."""
     base = next((piece.stored[0] for piece in slices.values() if piece.stored is not None), [])
     shared: dict[bytes, int] = {value: number for number, value in enumerate(base)}
     pieces = [slices[name] for name in order]
@@ -109,8 +109,14 @@ def save(root: Path, slices: dict[str, Slice], order: list[str], key: str, out_d
                       "small": _binary(small),
                       "pairs": _binary([piece.pairs if not isinstance(piece.pairs, dict) else orjson.dumps(piece.pairs)
                                         for piece in pieces])},
-                     metadata={DIGEST_KEY: key.encode(), FILES_KEY: _files(out_dir),
-                               SHARED_KEY: b"[" + b",".join(shared) + b"]"})
+                     metadata={DIGEST_KEY: key.encode(), SHARED_KEY: b"[" + b",".join(shared) + b"]"})
+    return table
+
+
+def save(root: Path, table: pa.Table, out_dir: Path) -> None:
+    """Keep the store (`stored`) beside the cells.csv and matrix.csv just written (a store that cannot be written
+    costs time only)."""
+    table = table.replace_schema_metadata({**table.schema.metadata, FILES_KEY: _files(out_dir)})
     try:
         root.mkdir(parents=True, exist_ok=True)
         write_table(root / STORE_FILE, table)
