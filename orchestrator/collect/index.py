@@ -4,7 +4,7 @@ DIR/.collect-index/ holds Arrow IPC files (arrow_files.py: memory-mapped, writte
 the typed cells frame in id order, but for the log tails (read again from a record where the catalog needs one:
 records.read_log_tails), plus each record.json's identity (inode, mtime in ns, size) and its earlier attempts'
 check numbers; `delta.arrow`, the rows read since `cells.arrow` was written (they win over its rows of the same
-cell), so that a collect after a rerun writes the few changed rows, not the whole index (59 MB at 100,000
+cell), so that a collect after a rerun writes the few changed rows, not the whole index (60 MB at 100,000
 records); and `dirs.arrow`, the mtimes of cells/ and of each policy's and gpu's
 directory. A delta names the base it extends by a token; once it holds more than 10 % of the rows, or a cell is
 gone (a delta only adds rows), the next collect writes a new base instead.
@@ -56,8 +56,9 @@ STORED = (*(c for c in COLUMNS if c != "log_tail"), *IDENTITY, "history")  # a f
 # keep the tails of the records just read (the frames of a full read), the files none
 MAX_RUNS = 64  # a table in more runs than this is copied into one before pandas converts it
 DELTA_SHARE = 0.1  # a delta holding more than this share of the rows is folded into a new base. A new base
-# costs about 0.7 s at 100,000 rows (115 MB touched and written); a delta is written again by every collect that
-# reads a record, and read by every collect (7,700 rows: 0.13 to 0.15 s instead of 0.12 when nothing changed)
+# costs about 0.2 s at 100,000 rows (60 MB copied and written, in the writer thread); a delta is written again by
+# every collect that reads a record, and read by every collect (7,700 rows: 0.13 to 0.15 s instead of 0.12 when
+# nothing changed)
 
 
 def _fs_clock(root: Path) -> int | None:
@@ -203,7 +204,7 @@ class Indexed:
     def rows(self, mask: pa.ChunkedArray | pa.Array, columns: list[str] | None = None) -> pa.Table:
         """The rows where mask (over the rows in id order) is true, in id order, in one chunk: taken from each of
         source's parts on its own, since Arrow's take over a table in runs or chunks concatenates every column
-        first (0.1 to 0.5 s at 100,000 records, most of it copying the log tails)."""
+        first (0.1 to 0.5 s at 100,000 records, when the index kept log tails)."""
         at = self.order[pc.indices_nonzero(mask).to_numpy()]
         in_base = at < self.base_rows
         source = self.source.select(columns) if columns is not None else self.source
@@ -230,7 +231,7 @@ def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[
 
 def update_index(out_dir: Path, workers: int = 1, update: bool = True, writer: Executor | None = None) -> Indexed:
     """Every record's row, reading only the records that changed, and which cells changed. With a `writer`, the
-    index is written by it (Indexed.saved: wait on it), while the caller goes on: a new base is 115 MB at 100,000
+    index is written by it (Indexed.saved: wait on it), while the caller goes on: a new base is 60 MB at 100,000
     records, copied and written in Arrow's code and the kernel, without Python's lock."""
     index = Index(out_dir)
     previous, known_dirs = index.read()
