@@ -219,3 +219,16 @@ def test_a_record_write_stamps_its_gpu_directory_and_a_collect_stats_only_its_re
     assert len(stats) == 1 + 8 + 14 + 2, "cells/, 8 policy and 14 gpu directories, 2 records"
     assert cells.set_index("id").loc["p1/h100/stock", "status"] == "failed"
     same_as_full_read(out)
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_log_tails_read_again_are_those_of_a_full_read(out: Path, monkeypatch, workers) -> None:
+    """The index keeps no log tails; the ones the catalog needs are read from the records, as a full read has them."""
+    put(out, "p1/h100/pr202785", status="failed", error="RuntimeError: unknown", log_tail="Traceback ...\nboom\n")
+    put(out, "p2/a100/pr202785", status="timeout", log_tail="Killed\n")
+    put(out, "p3/h100/stock", status="passed", log_tail="a passed cell's tail, which no table needs\n")
+    monkeypatch.setattr(records_module, "THREADED_FROM", 1)  # threads even for these few
+    full, _ = load_records(out)
+    expected = [None if pd.isna(tail) else tail for tail in full["log_tail"]]
+    assert expected.count(None) == len(expected) - 2
+    assert records_module.read_log_tails(out, [*full["id"], "p8/h100/stock"], workers) == [*expected, None]

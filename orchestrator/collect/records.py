@@ -102,16 +102,17 @@ def _log_tail(data: dict[str, Any]) -> str | None:
     return None if (data.get("status") or "error") in NO_TAIL_NEEDED else _text(data.get("log_tail"))
 
 
-def read_log_tails(out_dir: Path, ids: list[str]) -> list[str | None]:
-    """These cells' log tails, read again from their records (None: no record, or no tail): the collect index
-    keeps no tails, which were half its bytes (56 of 115 MB at 100,000 records) and are searched only for a
-    failure whose error line the catalog does not know (rules.classify_cells)."""
+def read_log_tails(out_dir: Path, ids: list[str], workers: int = 1) -> list[str | None]:
+    """These cells' log tails, read again from their records (None: no record, or no tail), with `workers`
+    threads: the collect index keeps no tails, which were half its bytes (56 of 115 MB at 100,000 records) and
+    are searched only for a failure whose error line the catalog does not know (rules.classify_cells)."""
     cells = os.path.join(out_dir, "cells")
-    tails = []
-    for cell in ids:
-        data = _read(os.path.join(cells, *cell.split("/"), RECORD_NAME))
-        tails.append(None if data is None else _log_tail(data))
-    return tails
+    paths = [os.path.join(cells, *cell.split("/"), RECORD_NAME) for cell in ids]
+    return [tail for chunk in in_chunks(_read_tails, paths, workers) for tail in chunk]
+
+
+def _read_tails(paths: list[str]) -> list[str | None]:
+    return [None if data is None else _log_tail(data) for data in map(_read, paths)]
 
 
 def _log(logs: Any, failed_step: Any) -> str | None:

@@ -105,7 +105,7 @@ def _tails(df: pd.DataFrame, unmatched: pd.Series, settings: Settings) -> pd.Ser
     tails = df["log_tail"].where(unmatched)
     missing = unmatched & tails.isna()
     if missing.any():
-        tails[missing] = read_log_tails(settings.out_dir, df.loc[missing, "id"].tolist())
+        tails[missing] = read_log_tails(settings.out_dir, df.loc[missing, "id"].tolist(), settings.read_threads)
     return tails
 
 
