@@ -5,9 +5,9 @@ the typed cells frame in id order, but for the log tails (read again from a reco
 records.read_log_tails), plus each record.json's identity (inode, mtime in ns, size) and its earlier attempts'
 check numbers; `delta.arrow`, the rows read since `cells.arrow` was written (they win over its rows of the same
 cell), so that a collect after a rerun writes the few changed rows, not the whole index (60 MB at 100,000
-records); and `dirs.arrow`, the mtimes of cells/ and of each policy's and gpu's
-directory. A delta names the base it extends by a token; once it holds more than 10 % of the rows, or a cell is
-gone (a delta only adds rows), the next collect writes a new base instead.
+records); and `dirs.arrow`, the mtimes of cells/ and of each policy's and gpu's directory. A delta names the
+base it extends by a token; once it holds more than 10 % of the rows, or a cell is gone (a delta only adds rows),
+the next collect writes a new base instead.
 A collect stats those directories only (25,000 at 100,000 records, not every record): one whose mtime is
 unchanged has the same entries. Every record write stamps its gpu directory (record.mark_written), since renaming
 record.json into place changes only its own cell directory's mtime; so a gpu directory whose mtime changed is
@@ -52,8 +52,8 @@ DELTA_FILE = "delta.arrow"
 DIRS_FILE = "dirs.arrow"
 CLOCK_FILE = "clock"
 IDENTITY = ("ino", "mtime_ns", "size")
-STORED = (*(c for c in COLUMNS if c != "log_tail"), *IDENTITY, "history")  # a file's columns: rows in memory
-# keep the tails of the records just read (the frames of a full read), the files none
+STORED = (*(c for c in COLUMNS if c != "log_tail"), *IDENTITY, "history")  # the files' columns: no log tails
+# (the rows this collect read keep theirs in memory)
 MAX_RUNS = 64  # a table in more runs than this is copied into one before pandas converts it
 DELTA_SHARE = 0.1  # a delta holding more than this share of the rows is folded into a new base. A new base
 # costs about 0.2 s at 100,000 rows (60 MB copied and written, in the writer thread); a delta is written again by
