@@ -61,5 +61,5 @@ def write_atomic(path: Path, fill: Callable[[BinaryIO], object]) -> None:
         raise
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_bytes_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+def write_json_atomic(path: Path, data: Any, sort_keys: bool = True) -> None:
+    write_bytes_atomic(path, json.dumps(data, indent=2, sort_keys=sort_keys, default=str) + "\n")

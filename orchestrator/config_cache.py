@@ -9,14 +9,13 @@ environment, so it is always composed.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_bytes_atomic
+from .atomic import write_json_atomic
 from .fingerprint_cache import ConfigFiles, digest
 from .jsonio import loads
 
@@ -48,7 +47,7 @@ def kept(kind: str, overrides: list[str], config_dir: Path | None, code: list[Pa
         remembered = dict(list(known.items())[-(KEPT - 1):])
         remembered[key] = value
         try:  # in the order remembered, the newest last (sorted keys made a new one the first to go)
-            write_bytes_atomic(cache_path(kind), json.dumps(remembered, indent=1, default=str) + "\n")
+            write_json_atomic(cache_path(kind), remembered, sort_keys=False)
         except OSError:
             pass  # a cache that cannot be written costs time, not correctness
     return value
