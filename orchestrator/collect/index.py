@@ -39,9 +39,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..record import RECORD_NAME, dirs
+from ..record import dirs
 from .arrow_files import read_table, write_table
-from .records import COLUMNS, in_chunks, read_paths, typed_cells, typed_history
+from .records import COLUMNS, in_chunks, read_paths, record_path, typed_cells, typed_history
 
 INDEX_DIR = ".collect-index"
 VERSION = "6"
@@ -139,7 +139,7 @@ class Index:
 
     def _stamped(self, table: pa.Table) -> pa.Table:
         metadata = {**(table.schema.metadata or {}), VERSION_KEY: VERSION, BASE_KEY: self.token}
-        return table.select(list(STORED)).replace_schema_metadata(metadata)
+        return table.replace_schema_metadata(metadata)
 
 
 def _walk(cells_dir: str, known: dict[str, int], started: int) -> tuple[dict[str, list[str]], dict[str, int]]:
@@ -220,7 +220,7 @@ def _write_base(index: Index, source: pa.Table, order: np.ndarray, stamps: dict[
     """A new base of source's rows in id order. Taken (copied) by Arrow in one pass, as the write copies them
     anyway: cut into runs first (Indexed.table), a base after a rerun of thousands of scattered cells was tens of
     thousands of slices, 0.3 s of Python's time where the writer thread takes none."""
-    index.write(source.select(list(STORED)).take(pa.array(order)), None, stamps)
+    index.write(source.take(pa.array(order)), None, stamps)
 
 
 def load_indexed(out_dir: Path, workers: int = 1, update: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -239,7 +239,7 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True, writer: E
     started = started if started is not None else np.iinfo(np.int64).max  # not written: nothing to keep unknown
     dirty, stamps = _walk(index.cells_dir, known_dirs if previous is not None else {}, started)
     listed = [f"{gpu}/{name}" for gpu, names in dirty.items() for name in names]
-    paths = [index.cells_dir + os.sep + cell.replace("/", os.sep) + os.sep + RECORD_NAME for cell in listed]
+    paths = [record_path(index.cells_dir, cell) for cell in listed]
     identities = _stat_all(paths, workers)
     found = [i for i, identity in enumerate(identities) if identity is not None]
     ids = [listed[i] for i in found]
@@ -276,12 +276,12 @@ def update_index(out_dir: Path, workers: int = 1, update: bool = True, writer: E
     indexed = Indexed(source, order, index.base_rows if previous is not None else 0,
                       None if previous is None else dropped)
     if update and (fresh or previous is None or gone or stamps != known_dirs):
+        stored = source.select(list(STORED))  # the files' columns: the takes below copy no log tails
         from_delta = order[order >= index.base_rows] if previous is not None else order
         if previous is None or gone or len(from_delta) > DELTA_SHARE * len(order):  # a delta only adds rows
-            job = partial(_write_base, index, source, order, stamps)
+            job = partial(_write_base, index, stored, order, stamps)
         else:
-            tail = source.select(list(STORED)).slice(index.base_rows)  # the old delta and the rows just read: few,
-            # so take copies little
+            tail = stored.slice(index.base_rows)  # the old delta and the rows just read: few, so take copies little
             delta = tail.take(pa.array(from_delta - index.base_rows))
             job = partial(index.write, None, delta, stamps if stamps != known_dirs else None)
         if writer is not None:

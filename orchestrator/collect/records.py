@@ -106,9 +106,14 @@ def read_log_tails(out_dir: Path, ids: list[str], workers: int = 1) -> list[str 
     """These cells' log tails, read again from their records (None: no record, or no tail), with `workers`
     threads: the collect index keeps no tails, which were half its bytes (56 of 115 MB at 100,000 records) and
     are searched only for a failure whose error line the catalog does not know (rules.classify_cells)."""
-    cells = os.path.join(out_dir, "cells")
-    paths = [os.path.join(cells, *cell.split("/"), RECORD_NAME) for cell in ids]
+    cells_dir = os.path.join(out_dir, "cells")
+    paths = [record_path(cells_dir, cell) for cell in ids]
     return [tail for chunk in in_chunks(_read_tails, paths, workers) for tail in chunk]
+
+
+def record_path(cells_dir: str, cell: str) -> str:
+    """The record.json of a cell ("policy/gpu/torch") under DIR/cells, as a string (thousands per collect)."""
+    return cells_dir + os.sep + cell.replace("/", os.sep) + os.sep + RECORD_NAME
 
 
 def _read_tails(paths: list[str]) -> list[str | None]:
