@@ -61,6 +61,18 @@ def test_patch_is_active_inside_the_built_env(torch_env: tuple[Path, Path, Path]
     assert done.stdout.strip() == "pytorch-202785-test", done.stderr[-2000:]
 
 
+def test_patch_leaves_the_files_uv_links_alone(torch_env: tuple[Path, Path, Path]) -> None:
+    """uv hardlinks an env's files to its cache, which setup's venv links too: the patched file must be a copy."""
+    import torch
+
+    _, env, _ = torch_env
+    site = next((env / "lib").glob("python3*/site-packages"))
+    assert (site / TORCH_FILE).stat().st_nlink == 1
+    assert MARK not in (Path(torch.__file__).parent.parent / TORCH_FILE).read_text()
+    cached = list((Path(os.environ["UV_CACHE_DIR"]) / "archive-v0").glob(f"*/{TORCH_FILE}"))
+    assert cached and all(MARK not in path.read_text() for path in cached)
+
+
 def test_fingerprint_has_freeze_and_patch_sha(torch_env: tuple[Path, Path, Path]) -> None:
     import hashlib
 
