@@ -128,7 +128,9 @@ def build_env(recipe: EnvRecipe, log: Any = None) -> Path:
         python = building / "bin" / "python"
         index = ["--index-url", recipe.index_url] if recipe.index_url else []
         if recipe.requirements:
-            _run([uv(), "pip", "install", "--python", str(python), *index, *recipe.requirements], log)
+            # compiled: jobs import torch from an env that may be read-only to them (or PYTHONDONTWRITEBYTECODE)
+            _run([uv(), "pip", "install", "--compile-bytecode", "--python", str(python), *index,
+                  *recipe.requirements], log)
         site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], log).strip()
         for patch in recipe.patches:
             apply_patch(patch, Path(site))
