@@ -148,6 +148,11 @@ def _walk(cells_dir: str, known: dict[str, int], started: int) -> tuple[dict[str
     record.mark_written), new ones and gone ones (no names). And the mtime now of cells/ ("") and of each policy's
     and gpu's directory, 0 for one changed since `started`, so the next collect lists it again. A directory whose
     mtime is unchanged has the same entries: its known children are taken, not listed."""
+    prefix = cells_dir + os.sep  # every known directory stat'ed in one pass: most are as they were
+    found = {rel: _stat(prefix + rel.replace("/", os.sep) if rel else cells_dir) for rel in known}
+    unmoved = _walk_unmoved(cells_dir, known, found, started)
+    if unmoved is not None:
+        return unmoved
     stamps: dict[str, int] = {}
     children: dict[str, list[str]] = {}
     for rel in known:  # written in walk order: each directory's children come sorted
@@ -155,8 +160,8 @@ def _walk(cells_dir: str, known: dict[str, int], started: int) -> tuple[dict[str
             children.setdefault(rel.rpartition("/")[0], []).append(rel)
 
     def listing(rel: str) -> tuple[list[str], bool]:
-        path = cells_dir + os.sep + rel.replace("/", os.sep) if rel else cells_dir
-        stat = _stat(path)
+        path = _dir_path(cells_dir, rel)
+        stat = found[rel] if rel in found else _stat(path)
         if stat is None:
             return [], True
         stamps[rel] = stat[1] if stat[1] < started else 0
@@ -174,6 +179,26 @@ def _walk(cells_dir: str, known: dict[str, int], started: int) -> tuple[dict[str
         if rel.count("/") == 1 and rel not in stamps:
             dirty[rel] = []  # gone, with its policy or alone
     return dirty, stamps
+
+
+def _walk_unmoved(cells_dir: str, known: dict[str, int], found: dict[str, tuple[int, int, int] | None],
+                  started: int) -> tuple[dict[str, list[str]], dict[str, int]] | None:
+    """_walk where no directory was added or removed (cells/ and each policy's directory as the index knew them,
+    every gpu directory still there), as after a rerun, which stamps gpu directories only: the changed ones are
+    listed, the others taken as they were, without going down level by level (0.02 s less at 25,000). None
+    otherwise, or with no index."""
+    if not known or None in found.values():
+        return None
+    mtimes = [identity[1] for identity in found.values()]  # type: ignore[index]
+    moved = [rel for rel, mtime in zip(found, mtimes, strict=True) if known[rel] != mtime]
+    if any(rel.count("/") != 1 for rel in moved):
+        return None
+    stamps = {rel: mtime if mtime < started else 0 for rel, mtime in zip(found, mtimes, strict=True)}
+    return {gpu: sorted(os.path.basename(d) for d in dirs(_dir_path(cells_dir, gpu))) for gpu in moved}, stamps
+
+
+def _dir_path(cells_dir: str, rel: str) -> str:
+    return cells_dir + os.sep + rel.replace("/", os.sep) if rel else cells_dir
 
 
 def _stat_all(paths: list[str], workers: int) -> list[tuple[int, int, int] | None]:
