@@ -30,6 +30,7 @@ REPROS_HEAD = ("Standalone repros (orchestrator/repros/): does the row's failure
 MAX_CELLS_LISTED = 5
 _MD_CHARACTERS = "\\`*[]|~$"
 _MD_SPECIAL = re.compile(f"([{re.escape(_MD_CHARACTERS)}])")
+_LONE_UNDERSCORE = re.compile(r"_(?:(?<![A-Za-z0-9]_)|(?![A-Za-z0-9]))")  # not after or not before a letter/digit
 _PLAIN = re.compile(r"[A-Za-z0-9.,:/+=()#-]*")  # no character md_text escapes, and a single line (most names)
 
 
@@ -51,18 +52,10 @@ def _escaped(text: object, limit: int | None) -> str:
 
 
 def _lone_underscores_escaped(text: str) -> str:
-    """An underscore not between two ASCII letters or digits escaped (one inside a word is no emphasis): cut at
-    each underscore, since a regex testing every position took 0.03 s over the policy line at 5,000 policies."""
-    pieces = text.split("_")
-    out = [pieces[0]]
-    for before, after in zip(pieces, pieces[1:], strict=False):
-        out.append("_" if _word_end(before[-1:]) and _word_end(after[:1]) else "\\_")
-        out.append(after)
-    return "".join(out)
-
-
-def _word_end(character: str) -> bool:
-    return character.isascii() and character.isalnum()  # "" (the text's end or another underscore): False
+    """An underscore not between two ASCII letters or digits escaped (one inside a word is no emphasis). The
+    pattern starts with the underscore, so the regex engine jumps from one to the next instead of trying every
+    position (0.6 ms instead of 4.8 over a policy line of 5,000 policies)."""
+    return _LONE_UNDERSCORE.sub(r"\\_", text)
 
 
 def repro_cells(row: dict, settings: Settings) -> list[str]:
