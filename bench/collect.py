@@ -12,7 +12,10 @@ at random (scattered: three times, other records each time, the median kept); af
 policies was (clustered: a rerun of whole policies); one record again (the index then has a large delta); 1 %
 scattered again, this collect also folding the delta into a new index base (as one does once the delta passes its
 share of the rows: one in ten 1 % reruns); and the same records with every policy computed again, checked
-byte-equal. Prints a line per size and the growth factor per 10x records, and writes bench/results/collect.json.
+byte-equal; then, each as the first collect of a new process (as the CLI runs it: the collects above run in one
+process, after others), one when nothing changed, three after 1 % scattered rewrites (the median kept) and one
+more writing a new index base, timed inside the process and as the whole process (Python's start and imports
+too). Prints a line per size and the growth factor per 10x records, and writes bench/results/collect.json.
 The files are freshly written, so they are in the page cache: a cold read from network storage will be slower.
 """
 
@@ -27,6 +30,7 @@ import platform
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -152,6 +156,28 @@ def run(root: Path) -> float:
     return time.perf_counter() - start
 
 
+NEW_PROCESS = "\n".join([  # a collect as the CLI runs it: the first in its process (argv: repo root, out dir)
+    "import contextlib, io, sys, time",
+    "sys.path.insert(0, sys.argv[1])",
+    "from orchestrator.collect import index, run_collect",
+    "index.DELTA_SHARE = float(sys.argv[3])",
+    "start = time.perf_counter()",
+    "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):",
+    "    assert run_collect([f'out_dir={sys.argv[2]}'], None) == 0",
+    "print(time.perf_counter() - start)",
+])
+
+
+def run_in_new_process(root: Path, delta_share: float = index_module.DELTA_SHARE) -> tuple[float, float]:
+    """(the whole process's seconds: interpreter, imports, collect, exit; its collect's seconds). The collects above
+    run in one process, after others: the first in a process takes longer (pandas' and Arrow's first calls, memory
+    the allocator has not handed out yet)."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", NEW_PROCESS, str(ROOT), str(root), str(delta_share)],
+                          capture_output=True, text=True, check=True)
+    return time.perf_counter() - start, float(done.stdout.split()[-1])
+
+
 def outputs(root: Path) -> dict[str, bytes]:
     return {name: (root / name).read_bytes() for name in OUTPUTS}
 
@@ -198,6 +224,15 @@ def bench(root: Path, count: int, rewrite_seed: int = 1) -> dict:
     (root / INDEX_DIR / LAST_FILE).unlink()  # else nothing changed since the last collect: nothing rendered
     timings["scratch_after"] = run(root)  # the same records, every policy computed again
     assert outputs(root) == kept, "kept slices changed an output"
+    new_process = {"nothing_changed": [run_in_new_process(root)], "scattered": []}
+    for turn in range(SCATTERED_RUNS):
+        rewrite(root, rng.sample(paths, max(count // 100, 1)), rewrite_seed + 100 + turn)
+        new_process["scattered"].append(run_in_new_process(root))
+    rewrite(root, rng.sample(paths, max(count // 100, 1)), rewrite_seed + 200)
+    new_process["scattered_new_base"] = [run_in_new_process(root, delta_share=0.0)]
+    for case, measured in new_process.items():
+        timings[f"new_process_{case}"] = statistics.median(collect for _, collect in measured)
+        timings[f"new_process_{case}_whole"] = statistics.median(whole for whole, _ in measured)
     return {"records": count, "policies": len(policies), "scattered_records": scattered,
             "scattered_runs": [round(t, 3) for t in runs],
             "clustered_records": clustered, "clustered_policies": len(picked),
@@ -236,7 +271,13 @@ def main() -> int:
                   f"({result['clustered_records']} records of {result['clustered_policies']} policies) "
                   f"{result['clustered']:5.2f} s, one record after those {result['one_record_after']:5.2f} s, "
                   f"1% scattered writing a new index base {result['scattered_new_base']:5.2f} s; "
-                  f"the same from scratch {result['scratch_after']:6.2f} s", flush=True)
+                  f"the same from scratch {result['scratch_after']:6.2f} s; each the first collect of a new "
+                  f"process: nothing changed {result['new_process_nothing_changed']:5.2f} s "
+                  f"({result['new_process_nothing_changed_whole']:5.2f} s with Python's start and imports), "
+                  f"1% scattered {result['new_process_scattered']:5.2f} s "
+                  f"({result['new_process_scattered_whole']:5.2f} s), 1% scattered writing a new index base "
+                  f"{result['new_process_scattered_new_base']:5.2f} s "
+                  f"({result['new_process_scattered_new_base_whole']:5.2f} s)", flush=True)
             if not keep:
                 shutil.rmtree(root)
     finally:
