@@ -148,8 +148,7 @@ def _walk(cells_dir: str, known: dict[str, int], started: int) -> tuple[dict[str
     record.mark_written), new ones and gone ones (no names). And the mtime now of cells/ ("") and of each policy's
     and gpu's directory, 0 for one changed since `started`, so the next collect lists it again. A directory whose
     mtime is unchanged has the same entries: its known children are taken, not listed."""
-    prefix = cells_dir + os.sep  # every known directory stat'ed in one pass: most are as they were
-    found = {rel: _stat(prefix + rel.replace("/", os.sep) if rel else cells_dir) for rel in known}
+    found = {rel: _stat(_dir_path(cells_dir, rel)) for rel in known}  # in one pass: most are as they were
     unmoved = _walk_unmoved(cells_dir, known, found, started)
     if unmoved is not None:
         return unmoved
