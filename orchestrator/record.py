@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
@@ -120,19 +119,7 @@ def write_record(cell_dir: Path, record: Record) -> bool:
         if current is not None and current.status != UNREADABLE and current.attempt > record.attempt:
             return False
         write_json_atomic(cell_dir / RECORD_NAME, record.to_dict())
-        mark_written(cell_dir)
     return True
-
-
-def mark_written(cell_dir: Path) -> None:
-    """Stamp the cell's gpu directory (cells/<policy>/<gpu>) with the time now: a collect lists again only the
-    directories whose mtime changed (collect/index.py), and renaming record.json into place changes only its own
-    cell directory's. A record changed any other way (edited by hand) needs the same: `touch` that directory."""
-    try:
-        os.utime(cell_dir.parent)
-    except OSError as exc:
-        print(f"export-matrix: warning: cannot stamp {cell_dir.parent} ({exc}): the next collect may keep the "
-              f"old record of {cell_dir.name} (touch the directory)", file=sys.stderr)
 
 
 @contextmanager
@@ -208,5 +195,4 @@ def start_attempt(cell_dir: Path) -> int:
     target.mkdir(parents=True)
     for path in leftovers:
         path.rename(target / path.name)
-    mark_written(cell_dir)
     return number + 1

@@ -87,8 +87,8 @@ def test_in_progress_cells_are_not_failures(tmp_path: Path) -> None:
     assert table_line(tmp_path, "diffusion") == "| diffusion | ⏳ running | ✅ 0.022 / 0.075 |"
 
 
-@pytest.mark.parametrize("status", ["failed", "timeout", "killed", "error", "oom", "cancelled"])
-def test_every_status_but_passed_fails(tmp_path: Path, status: str) -> None:
+@pytest.mark.parametrize("status", ["failed", "oom"])
+def test_a_failing_verdict_fails(tmp_path: Path, status: str) -> None:
     put(tmp_path, "pi0/h100/stock", status, error=f"it went {status}")
     put(tmp_path, "pi0/h100/pr202785", status, error=ROW7)
     assert collect(tmp_path, matrix="matrix.policies=[pi0]") == 0
@@ -96,6 +96,67 @@ def test_every_status_but_passed_fails(tmp_path: Path, status: str) -> None:
     assert (row["symbol"], row["status"], row["failures"]) == ("❌", "fail", "7 new")
     assert row["new_error"] == f"it went {status}"
     assert f"- it went {status} (pi0/h100/stock)" in (tmp_path / "matrix.md").read_text()
+
+
+@pytest.mark.parametrize(("status", "step", "error", "reason"), [
+    ("timeout", "compile-model", "the export ran past timeout_min=9", "timeout 9 min"),
+    ("cancelled", None, "the job received SIGINT", "cancelled (SIGINT)"),
+    ("killed", "export", "the exporter was killed by SIGKILL", "killed SIGKILL"),
+    ("error", "env", "uv pip failed: no index reachable", "env build failed"),
+    ("error", "setup", "[setup] FileNotFoundError: /opt/torch215/bin/python", "setup error"),
+])
+def test_an_outcome_that_decides_nothing_is_undecided(tmp_path: Path, status: str, step: str | None, error: str,
+                                                      reason: str) -> None:
+    put(tmp_path, "pi05/h100/stock", status, failed_step=step, error=error)
+    put(tmp_path, "pi05/h100/pr202785", status, failed_step=step, error=ROW7)  # even a known error line
+    assert collect(tmp_path, matrix="matrix.policies=[pi05]") == 0
+    row = rows(tmp_path)[("pi05", "h100")]
+    assert (row["symbol"], row["status"], row["reason"], row["failures"]) == ("⏸", "undecided", reason, "")
+    text = (tmp_path / "matrix.md").read_text()
+    assert table_line(tmp_path, "pi05") == f"| pi05 | ⏸ {reason} | — |"
+    assert "New failures" not in text and "❌" not in text.split("\n\n")[0]
+    assert f"- pi05/h100/stock: {reason}" in text
+    assert "Retry them: `export-matrix rerun pi05/h100/pr202785 pi05/h100/stock`" in text
+
+
+def test_a_verdict_build_decides_over_an_undecided_one(tmp_path: Path) -> None:
+    """One build timed out, another failed for real: the cell is ❌ by the failure, the timeout listed apart."""
+    put(tmp_path, "pi05/h100/stock", "timeout", failed_step="compile-model", error="ran past timeout_min=9")
+    put(tmp_path, "pi05/h100/pr202785", "failed", failed_step="save", error=ROW7)
+    assert collect(tmp_path, matrix="matrix.policies=[pi05]") == 0
+    row = rows(tmp_path)[("pi05", "h100")]
+    assert (row["symbol"], row["failures"], row["cell"]) == ("❌", "7", "pi05/h100/pr202785")
+    assert "- pi05/h100/stock: timeout 9 min" in (tmp_path / "matrix.md").read_text()
+
+
+def test_a_crash_signal_is_a_verdict(tmp_path: Path) -> None:
+    put(tmp_path, "pi0/h100/stock", "killed", failed_step="export", error="the exporter was killed by SIGSEGV")
+    assert collect(tmp_path, matrix="matrix.policies=[pi0]") == 0
+    assert rows(tmp_path)[("pi0", "h100")]["symbol"] == "❌"
+
+
+def test_a_catalog_entry_that_decides_makes_a_timeout_a_verdict(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "failures.yaml").write_text("slow_compile:\n  title: CUDA compile never ends\n  decides: true\n"
+                                        "  patterns: ['autotuning \\d+ choices forever']\n")
+    put(tmp_path / "out", "pi05/h100/stock", "timeout", failed_step="compile-model",
+        error="the export ran past timeout_min=9", log_tail="... autotuning 4000 choices forever ...")
+    put(tmp_path / "out", "pi0/h100/stock", "timeout", failed_step="compile-model",
+        error="the export ran past timeout_min=9")
+    assert collect(tmp_path / "out", "--config-dir", str(conf), matrix="matrix.policies=[pi0,pi05]") == 0
+    got = rows(tmp_path / "out")
+    assert (got[("pi05", "h100")]["symbol"], got[("pi05", "h100")]["failures"]) == ("❌", "slow_compile")
+    assert got[("pi0", "h100")]["symbol"] == "⏸"
+
+
+def test_a_catalog_decides_field_must_be_a_bool(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "failures.yaml").write_text("x:\n  title: t\n  decides: sometimes\n  patterns: [boom]\n")
+    put(tmp_path / "out", "pi0/h100/stock", "failed", error="boom")
+    assert main(["collect", "--config-dir", str(conf), f"out_dir={tmp_path / 'out'}"]) == 2
+    assert "failure x: decides must be true or false, not 'sometimes'" in capsys.readouterr().err
 
 
 def test_stock_comes_from_the_config_then_the_record(tmp_path: Path) -> None:

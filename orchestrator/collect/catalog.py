@@ -23,7 +23,7 @@ NEW = "new"
 # `<N>` in a pattern: any number as a log prints it (3, 2.98, 9.53e-02, -1).
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 SIGNALS = (None, "slow", "at_limit")
-FIELDS = {"title", "repro", "fixed_by", "step", "signal", "patterns"}
+FIELDS = {"title", "repro", "fixed_by", "step", "signal", "patterns", "decides"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class Entry:
     step: str | None
     signal: str | None
     patterns: tuple[re.Pattern, ...]
+    decides: bool = False  # a timeout, kill or error matching it is a verdict (the export itself decided)
 
     @property
     def column(self) -> str:
@@ -162,6 +163,9 @@ def _entry(failure_id: str, entry: dict[str, Any]) -> Entry:
         raise ConfigError(f"{where}: unknown signal {signal!r} (valid: slow, at_limit)")
     if not patterns and not signal:
         raise ConfigError(f"{where}: needs patterns or a signal, or nothing can match it")
+    decides = entry.get("decides", False)
+    if not isinstance(decides, bool):
+        raise ConfigError(f"{where}: decides must be true or false, not {decides!r}")
     compiled = []
     for pattern in patterns:
         try:
@@ -170,4 +174,4 @@ def _entry(failure_id: str, entry: dict[str, Any]) -> Entry:
             raise ConfigError(f"{where}: bad pattern {pattern!r} ({exc})") from None
     return Entry(id=failure_id, title=str(entry.get("title") or f"failure {failure_id}"),
                  repro=str(entry.get("repro") or ""), fixed_by=str(entry.get("fixed_by") or ""),
-                 step=entry.get("step"), signal=signal, patterns=tuple(compiled))
+                 step=entry.get("step"), signal=signal, patterns=tuple(compiled), decides=decides)

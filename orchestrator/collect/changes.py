@@ -19,6 +19,7 @@ from .render_md import md_text, num
 from .settings import Settings
 
 KEYS = ["policy", "gpu"]
+SYMBOL_ORDER = ("✅", "🟡", "❌", "⏸", "⏳", "—", "⚠️")
 
 
 class _Row(NamedTuple):
@@ -66,7 +67,7 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
     """One line per change, in table order; [] when nothing changed."""
     if previous is None:
         counts = matrix["symbol"].value_counts()
-        summary = ", ".join(f"{counts[s]} {s}" for s in ("✅", "🟡", "❌", "⏳", "—") if s in counts)
+        summary = ", ".join(f"{counts[s]} {s}" for s in SYMBOL_ORDER if s in counts)
         return [f"first collect: {len(matrix)} policy × GPU cells ({summary or 'none'})"]
     now = matrix.astype({"failures": str}).fillna({"failures": "", "new_error": ""})
     now = now.assign(order=range(len(now)))

@@ -32,8 +32,7 @@ NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_
 TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "check", "repro_row", "repro_summary")
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
 # Only a failure's log tail is searched (for the catalog's patterns, when its error line matches none), so the
-# tails of passed and unfinished cells, most of a record's bytes, stay out of the frame. The collect index keeps
-# no tails at all: a tail the catalog needs is read again from its record (read_log_tails).
+# tails of passed and unfinished cells, most of a record's bytes, stay out of the frame.
 NO_TAIL_NEEDED = frozenset({Status.PASSED, *UNFINISHED})
 THREADED_FROM = 256  # paths: fewer go through the calling thread whatever collect.read_threads says
 
@@ -93,31 +92,12 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
 
 
 def _text(value: Any) -> str | None:
-    """A text field as text (a record written by hand may hold a number or a list there): one type per column,
-    as the collect index (index.py) stores them."""
+    """A text field as text (a record written by hand may hold a number or a list there): one type per column."""
     return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
 
 
 def _log_tail(data: dict[str, Any]) -> str | None:
     return None if (data.get("status") or "error") in NO_TAIL_NEEDED else _text(data.get("log_tail"))
-
-
-def read_log_tails(out_dir: Path, ids: list[str], workers: int = 1) -> list[str | None]:
-    """These cells' log tails, read again from their records (None: no record, or no tail), with `workers`
-    threads: the collect index keeps no tails, which were half its bytes (56 of 115 MB at 100,000 records) and
-    are searched only for a failure whose error line the catalog does not know (rules.classify_cells)."""
-    cells_dir = os.path.join(out_dir, "cells")
-    paths = [record_path(cells_dir, cell) for cell in ids]
-    return [tail for chunk in in_chunks(_read_tails, paths, workers) for tail in chunk]
-
-
-def record_path(cells_dir: str, cell: str) -> str:
-    """The record.json of a cell ("policy/gpu/torch") under DIR/cells, as a string (thousands per collect)."""
-    return cells_dir + os.sep + cell.replace("/", os.sep) + os.sep + RECORD_NAME
-
-
-def _read_tails(paths: list[str]) -> list[str | None]:
-    return [None if data is None else _log_tail(data) for data in map(_read, paths)]
 
 
 def _log(logs: Any, failed_step: Any) -> str | None:

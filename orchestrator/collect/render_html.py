@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pandas as pd
 
 from .failure_summary import named_rows
-from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, num, repro_cells
+from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, num, repro_cells, rerun_command
 from .settings import Settings
 
 MAX_CELL_ROWS = 2000  # the per-cell table; a larger sweep lists only its first cells (cells.csv has them all)
@@ -22,7 +22,7 @@ table { border-collapse: collapse; margin: 1em 0; }
 th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; }
 td.pass { background: #dafbe1; } td.patched { background: #fff8c5; } td.fail { background: #ffebe9; }
-td.running { background: #ddf4ff; } td.missing { color: #8c959f; }
+td.running { background: #ddf4ff; } td.undecided { background: #eaeef2; } td.missing { color: #8c959f; }
 a { color: inherit; } code { font-size: 90%; } .err { max-width: 60em; overflow-wrap: anywhere; }
 """
 
@@ -66,6 +66,10 @@ def render(summary: Summary, settings: Settings) -> str:
             more = f" and {len(ids) - MAX_CELLS_LISTED} more" if len(ids) > MAX_CELLS_LISTED else ""
             out.append(f'<li><code class="err">{escape(error)}</code> ({links}{more})</li>')
         out.append("</ul>")
+    if summary.undecided:
+        out.append("<h2>Undecided</h2><p>Nothing judged the export of these cells; they are not failures.</p><ul>")
+        out += [f"<li>{escape(cell)}: {escape(why)}</li>" for cell, why in summary.undecided]
+        out.append(f"</ul><p>Retry them: <code>{escape(rerun_command(summary.undecided))}</code></p>")
     out.append("<h2>Failures</h2><table><tr><th>#</th><th>Failure</th><th>Policies</th><th>Repro</th>"
                "<th>Fixed by</th></tr>")
     out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in summary.failure_rows]

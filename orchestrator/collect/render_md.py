@@ -20,10 +20,11 @@ from .failure_summary import columns, order
 from .settings import Settings
 
 LEGEND = ("✅ passes on stock torch · 🟡 passes only with a patched build (its fixes named) · ❌ fails on every "
-          "build (failure ids) · ⏳ in progress · — no record · ⚠️ a record could not be read (cells.csv names the "
-          "file). Numbers: largest difference / tolerance of the cell that decided the symbol; *slow*: exported "
-          "slower than eager (speedup); *at limit*: difference at {at_limit:g} of the tolerance or more, or repeated "
-          "runs on both sides of it.")
+          "build that reached a verdict (failure ids) · ⏸ undecided: no build reached a verdict (timeout, cancelled, "
+          "env) · ⏳ in progress · — no record · ⚠️ a record could not be read (cells.csv names the file). Numbers: "
+          "largest difference / tolerance of the cell that decided the symbol; *slow*: exported slower than eager "
+          "(speedup); *at limit*: difference at {at_limit:g} of the tolerance or more, or repeated runs on both "
+          "sides of it.")
 MAX_ERROR_CHARS = 300
 REPROS_HEAD = ("Standalone repros (orchestrator/repros/): does the row's failure still show on each GPU and build "
                "that ran it? A row that stops reproducing after a build change may be fixed.")
@@ -76,7 +77,8 @@ def cell_text(row: dict) -> str:
         return "—"
     if status == "unreadable":  # no numbers: they would come from a cell that did not decide the symbol
         return "⚠️ unreadable"
-    label = {"patched": row["fixes"] or row["build"], "fail": row["failures"], "running": "running"}.get(status)
+    label = {"patched": row["fixes"] or row["build"], "fail": row["failures"], "running": "running",
+             "undecided": row.get("reason") or "undecided"}.get(status)
     head = row["symbol"] + (f" {label}" if label else "")
     pieces = [head]
     if status == "running" and row["failures"]:
@@ -100,11 +102,11 @@ def cell_text(row: dict) -> str:
 
 @dataclass
 class Summary:
-    """Everything both renderings show, put together from the policies' slices (assemble.py)."""
+    """Everything both renderings show (tables.py puts it together)."""
 
     policies: list[str]  # table order
     gpus: list[str]  # the recorded ones, in table order
-    md: dict[str, dict[str, str]]  # policy -> gpu -> its matrix.md cell (the slices' own dicts, not copied)
+    md: dict[str, dict[str, str]]  # policy -> gpu -> its matrix.md cell
     html: dict[str, dict[str, str]]  # policy -> gpu -> its report.html cell
     records: int  # policy export cells
     newest: str  # the latest ended_at of their records
@@ -116,6 +118,12 @@ class Summary:
     gpu_versions: list[tuple[str, str]]
     repros: list[dict]  # repros.csv's rows: the standalone repros and whether each still reproduces
     cell_rows: list[list[str]]  # [html, status, failures] of the first cells in id order (report.html)
+    undecided: list[tuple[str, str]]  # (cell id, why) of the cells whose export nothing judged, in id order
+
+
+def rerun_command(undecided: list[tuple[str, str]]) -> str:
+    """The command that runs the undecided cells again."""
+    return "export-matrix rerun " + " ".join(cell for cell, _ in undecided)
 
 
 def row_dicts(frame: pd.DataFrame) -> Iterator[dict]:
@@ -174,6 +182,10 @@ def render(summary: Summary, settings: Settings) -> str:
             shown = ", ".join(md_text(i) for i in ids[:MAX_CELLS_LISTED])
             more = f" and {len(ids) - MAX_CELLS_LISTED} more" if len(ids) > MAX_CELLS_LISTED else ""
             lines.append(f"- {md_text(error, MAX_ERROR_CHARS)} ({shown}{more})")
+    if summary.undecided:
+        lines += ["", "**Undecided** (nothing judged the export; these are not failures):", ""]
+        lines += [f"- {md_text(cell)}: {md_text(why)}" for cell, why in summary.undecided]
+        lines += ["", f"Retry them: `{md_text(rerun_command(summary.undecided))}`"]
     lines += ["", "| # | Failure | Policies | Repro | Fixed by |", "| --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in summary.failure_rows]
     lines += ["", md_text(summary.policy_line)]

@@ -1,32 +1,44 @@
-"""The ✅/🟡/❌ rules: each cell's failures and marks, then one row per policy x gpu.
+"""The ✅/🟡/❌/⏸ rules: each cell's outcome, failures and marks, then one row per policy x gpu.
 
-✅ pass     a stock build (a torch build whose `fixes` is empty) passed
-🟡 patched  no stock build passed, a patched one did (`build` names it, `fixes` shows its fixes)
-❌ fail     every build finished and none passed
-⏳ running  nothing passed yet and some builds are pending or running: in progress, not a failure
-— missing  the matrix names this policy x gpu and there is no record
+A cell's outcome is a **verdict** when the export itself decided it (passed, failed, oom), or **undecided** when
+nothing judged the export (an error in setup, env or launcher; cancelled, killed, SIGINT/SIGTERM; a timeout).
+A process that crashed (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) is a verdict; one killed from outside (SIGKILL,
+SIGTERM, SIGINT) is not. A catalog entry with `decides: true` makes a matching timeout, kill or error a verdict.
 
-Statuses other than `passed` (failed, timeout, killed, error, oom, cancelled) do not pass. The numbers of a
-policy x gpu come from the cell that decided its symbol: the first stock build that passed; else the first
-patched build that passed; else the failed build that got as far as the check (smallest margin), else the first
-stock build. `failures` is every catalog id seen across the builds; `primary` only the deciding cell's.
+✅ pass       a stock build (a torch build whose `fixes` is empty) passed
+🟡 patched    no stock build passed, a patched one did (`build` names it, `fixes` shows its fixes)
+❌ fail       some build reached a failing verdict and none passed
+⏸ undecided  no build reached a verdict (the reason of the first shown: `timeout 9 min`, `cancelled`, ...)
+⏳ running    nothing passed yet and some builds are pending or running: in progress, not a failure
+— missing    the matrix names this policy x gpu and there is no record
+
+A symbol is decided by the verdict builds only. The numbers of a policy x gpu come from the cell that decided
+its symbol: the first stock build that passed; else the first patched build that passed; else the failed build
+that got as far as the check (smallest margin), else the first stock build. `failures` is every catalog id seen
+across the builds; `primary` only the deciding cell's.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
-from ..record import UNFINISHED, UNREADABLE
+from ..record import UNFINISHED, UNREADABLE, Status
 from .catalog import NEW, flag_column
-from .records import read_log_tails
 from .settings import Settings
 
-SYMBOLS = {"pass": "✅", "patched": "🟡", "fail": "❌", "running": "⏳", "missing": "—", "unreadable": "⚠️"}
-CELL_COLUMNS = ["id", "policy", "gpu", "torch", "status", "failed_step", "failures", "error", "max_diff",
-                "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "runs", "attempt", "versions", "fixes",
-                "stock", "slow", "at_limit", "straddle", "log"]
-MATRIX_COLUMNS = ["policy", "gpu", "symbol", "status", "build", "fixes", "failures", "primary", "error",
+SYMBOLS = {"pass": "✅", "patched": "🟡", "fail": "❌", "undecided": "⏸", "running": "⏳", "missing": "—",
+           "unreadable": "⚠️"}
+# Statuses that say nothing of the export unless a `decides: true` catalog entry matches the cell.
+UNDECIDED_STATUSES = frozenset({Status.ERROR, Status.CANCELLED, Status.KILLED, Status.TIMEOUT})
+# A process killed by a signal of its own making crashed: that is the export's verdict, not an outside stop.
+CRASH_SIGNALS = r"\bSIG(?:SEGV|ABRT|BUS|FPE|ILL)\b"
+CELL_COLUMNS = ["id", "policy", "gpu", "torch", "status", "outcome", "reason", "failed_step", "failures", "error",
+                "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "runs", "attempt", "versions",
+                "fixes", "stock", "slow", "at_limit", "straddle", "log"]
+MATRIX_COLUMNS = ["policy", "gpu", "symbol", "status", "reason", "build", "fixes", "failures", "primary", "error",
                   "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "runs", "slow", "at_limit",
                   "in_progress", "builds", "new_error", "cell", "log"]
 REPRO_COLUMNS = ["row", "id", "policy", "gpu", "torch", "status", "reproduces", "summary", "error", "log"]
@@ -66,7 +78,7 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     df["passed"] = df["status"] == "passed"
     df["unfinished"] = df["status"].isin(UNFINISHED)
     df["unreadable"] = df["status"] == UNREADABLE
-    df["failing"] = ~(df["passed"] | df["unfinished"] | df["unreadable"])
+    ended = ~(df["passed"] | df["unfinished"] | df["unreadable"])
     ratio = (df["max_diff"] / df["tolerance"]).where(df["tolerance"] > 0)
     df["margin"] = df["margin"].fillna(ratio)
     repeated = df["runs_low"].notna()
@@ -79,11 +91,20 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     df["at_limit"] = (df["margin"] >= settings.at_limit) | df["straddle"]
     df["slow"] = df["speedup"] < settings.slow_below
 
-    flags = catalog.match_many(df["error"].where(df["failing"]))
+    flags = catalog.match_many(df["error"].where(ended))
     by_error = [e.column for e in catalog.entries if e.patterns]
-    unmatched = df["failing"] & ~flags[by_error].any(axis=1)
+    unmatched = ended & ~flags[by_error].any(axis=1)
     if unmatched.any():  # no entry knows the error line: look in the log's tail
-        flags = flags | catalog.match_many(_tails(df, unmatched, settings))
+        flags = flags | catalog.match_many(df["log_tail"].where(unmatched))
+    deciding = [e.column for e in catalog.entries if e.decides]
+    promoted = flags[deciding].any(axis=1) if deciding else pd.Series(False, index=df.index)
+    crashed = (df["status"] == Status.KILLED) & df["error"].fillna("").astype(str).str.contains(CRASH_SIGNALS)
+    undecided = ended & df["status"].isin(UNDECIDED_STATUSES) & ~crashed & ~promoted
+    flags.loc[undecided] = False  # an undecided cell hits no failure
+    df["failing"] = ended & ~undecided
+    df["outcome"] = np.select([df["failing"] | df["passed"], undecided], ["verdict", "undecided"], "")
+    df["reason"] = None
+    df.loc[undecided, "reason"] = _reasons(df[undecided])
     for failure_id in catalog.signal_ids("slow"):
         flags[flag_column(failure_id)] |= df["slow"]
     for failure_id in catalog.signal_ids("at_limit"):
@@ -99,14 +120,34 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     return df
 
 
-def _tails(df: pd.DataFrame, unmatched: pd.Series, settings: Settings) -> pd.Series:
-    """The log tails of these rows; those the frame lacks (rows from the collect index, which keeps no tails) read
-    from their records."""
-    tails = df["log_tail"].where(unmatched)
-    missing = unmatched & tails.isna()
-    if missing.any():
-        tails[missing] = read_log_tails(settings.out_dir, df.loc[missing, "id"].tolist(), settings.read_threads)
-    return tails
+def _reasons(df: pd.DataFrame) -> list[str]:
+    """Why each undecided cell decided nothing, in a few words: `timeout 9 min`, `cancelled`, `env build
+    failed`, `killed SIGKILL`, `setup error`."""
+    reasons = []
+    for status, step, error in zip(*(df[c].tolist() for c in ("status", "failed_step", "error")), strict=True):
+        text = error if isinstance(error, str) else ""
+        if status == Status.TIMEOUT:
+            minutes = re.search(r"timeout_min=([0-9.]+)", text)
+            reasons.append(f"timeout {minutes.group(1)} min" if minutes else "timeout")
+        elif status == Status.KILLED:
+            signal = re.search(r"\bSIG[A-Z]+", text)
+            reasons.append(f"killed {signal.group(0)}" if signal else "killed")
+        elif status == Status.CANCELLED:
+            signal = re.search(r"\bSIG(?:INT|TERM)\b", text)
+            reasons.append(f"cancelled ({signal.group(0)})" if signal else "cancelled")
+        elif step == "env":
+            reasons.append("env build failed")
+        else:
+            reasons.append(f"{step} error" if isinstance(step, str) and step else "error")
+    return reasons
+
+
+def undecided_cells(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(cell id, reason) of every undecided cell, in id order."""
+    if not len(df):
+        return []
+    rows = df[df["outcome"] == "undecided"]
+    return list(zip(rows["id"].tolist(), rows["reason"].tolist(), strict=True))
 
 
 def _straddling(df: pd.DataFrame, history: pd.DataFrame) -> pd.Index:
@@ -172,17 +213,19 @@ def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     group_flags = df.assign(stock_pass=df["passed"] & df["stock"], patched_pass=df["passed"] & ~df["stock"],
                             stock_unfinished=df["unfinished"] & df["stock"])
     grouped = group_flags.groupby(keys, sort=False)
-    agg = grouped[["stock_pass", "patched_pass", "unfinished", "stock_unfinished", "unreadable",
+    agg = grouped[["stock_pass", "patched_pass", "unfinished", "stock_unfinished", "unreadable", "failing",
                    *catalog.columns]].any()
     agg["builds"] = grouped["torch"].size()
     agg["new_error"] = grouped["new_error"].first()
     agg["failures"] = join_ids(agg, [*catalog.ids, NEW])
-    picked = decided[["torch", "fixes", "failures", "error", "max_diff", "tolerance", "margin", "speedup",
+    picked = decided[["torch", "reason", "fixes", "failures", "error", "max_diff", "tolerance", "margin", "speedup",
                       "peak_gpu_mib", "check", "runs", "slow", "at_limit", "id", "log"]]
     matrix = agg.join(picked.rename(columns={"torch": "build", "failures": "primary", "id": "cell"}))
     # A cell whose record cannot be read may hold any result: only a stock pass is earned without it.
     matrix["status"] = np.select([matrix["stock_pass"], matrix["unreadable"], matrix["patched_pass"],
-                                  matrix["unfinished"]], ["pass", "unreadable", "patched", "running"], "fail")
+                                  matrix["unfinished"], matrix["failing"]],
+                                 ["pass", "unreadable", "patched", "running", "fail"], "undecided")
+    matrix["reason"] = matrix["reason"].where(matrix["status"] == "undecided", None)
     # A patched pass can still turn ✅ while a stock build runs; anything but ✅ can while any build runs.
     matrix["in_progress"] = np.where(matrix["status"] == "pass", False,
                                      np.where(matrix["status"] == "patched", matrix["stock_unfinished"],

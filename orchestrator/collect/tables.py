@@ -1,0 +1,103 @@
+"""Every output of a collect, computed from the classified cells in one pass: the CSV files and what the
+renderers (render_md, render_html) show.
+
+Cells arrive in id order (policy/gpu/torch), so what is listed "first seen first" (new failures, builds,
+versions) follows that order; the matrix comes in table order (the config's, then recorded names sorted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from . import render_html, render_md
+from .catalog import NEW, flag_column
+from .failure_summary import GpuNotes, columns, failure_rows, order, pair_hits, policy_line, policy_part
+from .render_md import Summary, build_versions, cell_text, gpu_versions, md_text, row_dicts
+from .rules import build_matrix, cells_table, classify_cells, repro_table, undecided_cells
+from .settings import Settings
+
+
+@dataclass
+class Tables:
+    """A collect's outputs before they are written."""
+
+    matrix: pd.DataFrame  # one row per policy x gpu (matrix.csv)
+    texts: dict[str, str]  # file name -> its text
+    records: int  # the cells collected, standalone repros included
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    return frame.to_csv(index=False, lineterminator="\n")
+
+
+def make_tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) -> Tables:
+    """cells.csv, matrix.csv, repros.csv, matrix.md and report.html from these cells (in id order)."""
+    is_repro = cells["repro_row"].notna()
+    classified = classify_cells(cells[~is_repro].reset_index(drop=True), history, settings)
+    matrix = build_matrix(classified, settings)
+    repros = repro_table(cells[is_repro], settings)
+    summary = _summary(classified, matrix, repros, settings)
+    texts = {
+        "cells.csv": csv_text(cells_table(classified, settings)),
+        "matrix.csv": csv_text(matrix),
+        "repros.csv": csv_text(repros),
+        "matrix.md": render_md.render(summary, settings),
+        "report.html": render_html.render(summary, settings),
+    }
+    return Tables(matrix, texts, len(cells))
+
+
+def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, settings: Settings) -> Summary:
+    md: dict[str, dict[str, str]] = {}
+    html: dict[str, dict[str, str]] = {}
+    for row in row_dicts(matrix):
+        text = cell_text(row)
+        md.setdefault(row["policy"], {})[row["gpu"]] = md_text(text)
+        html.setdefault(row["policy"], {})[row["gpu"]] = render_html.grid_cell(row, text)
+    policies = list(md)  # the matrix is in table order
+    recorded_gpus = set(matrix["gpu"])
+    gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(recorded_gpus)]) if g in recorded_gpus]
+    new_failures: dict[str, list[str]] = {}
+    logs: dict[str, str | None] = {}
+    builds: list[tuple[str, str, int]] = []
+    fixes: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []
+    rows: list[list[str]] = []
+    if len(cells):
+        new = cells[cells[flag_column(NEW)]]
+        for error, cell, log in zip(*columns(new, "new_error", "id", "log"), strict=True):
+            new_failures.setdefault(str(error), []).append(cell)
+            logs[cell] = log
+        counts = cells.groupby(["torch", "versions"], sort=False).size()
+        builds = [(build, versions, int(n)) for (build, versions), n in counts.items()]
+        fixes = cells.groupby("torch", sort=False)["fixes"].last().to_dict()
+        pairs = list(cells[["gpu", "versions"]].drop_duplicates().itertuples(index=False, name=None))
+        shown = cells.head(render_html.MAX_CELL_ROWS)
+        rows = [[text, status, "" if failures is None else str(failures)] for text, status, failures in
+                zip(render_html.cell_rows(shown), *columns(shown, "status", "failures"), strict=True)]
+    parts = _parts(cells, matrix, settings)
+    return Summary(
+        policies=policies, gpus=gpus, md=md, html=html, records=len(cells),
+        newest=max((s for s in cells["ended_at"].tolist() if isinstance(s, str)), default="") if len(cells) else "",
+        new_failures=list(new_failures.items()), logs=logs, failure_rows=failure_rows(parts, settings),
+        policy_line=policy_line(parts), builds=build_versions(builds, fixes, settings),
+        gpu_versions=gpu_versions(pairs, settings), repros=repros.to_dict("records"), cell_rows=rows,
+        undecided=undecided_cells(cells))
+
+
+def _parts(cells: pd.DataFrame, matrix: pd.DataFrame, settings: Settings) -> dict:
+    """Each policy's part of the failure summary (failure_summary.py), in table order."""
+    hits: dict[str, dict] = {}
+    for (policy, gpu), pair in pair_hits(matrix, cells).items():
+        hits.setdefault(policy, {})[gpu] = pair
+    builds = cells.groupby("policy")["torch"].agg(set).to_dict() if len(cells) else {}
+    stock = cells[cells["stock"]].groupby("policy")["torch"].agg(set).to_dict() if len(cells) else {}
+    gpu_note = GpuNotes(settings)
+    parts = {}
+    for policy in sorted(hits, key=order(settings.policies)):
+        part = policy_part(hits[policy], builds.get(policy, set()), stock.get(policy, set()), settings, gpu_note)
+        if part is not None:
+            parts[policy] = part
+    return parts
