@@ -158,8 +158,8 @@ def main() -> int:
             shutil.rmtree(root)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                          "platform": platform.platform()}, "results": results}
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    report = {"date": time.strftime("%Y-%m-%d"), "machine": machine, "results": results}
     ten_k = next((r["whole_command_s"] for r in results if r["records"] == 10_000), None)
     if ten_k is not None:
         report["whole_command_10k_s"] = ten_k

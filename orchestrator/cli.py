@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from rich.markup import escape
 
 from .config import ConfigError, compose_config
 from .fingerprint_cache import remember
+from .launchers.common import Interrupted
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,8 +80,14 @@ def main(argv: list[str] | None = None) -> int:
               + (f"; a results folder goes in as out_dir={not_overrides[0]}" if "/" in not_overrides[0] else ""),
               file=sys.stderr)
         return 2
+    previous = _on_sigterm(_interrupt)  # SIGTERM stops a sweep as Ctrl-C does
     try:
         return COMMANDS[name](args)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        cancelled = f"{len(exc.cancelled)} cells cancelled, " if isinstance(exc, Interrupted) else ""
+        retry = " ".join(["export-matrix rerun --failed", *getattr(args, "overrides", [])])
+        print(f"interrupted: {cancelled}records kept; rerun with: {retry}", file=sys.stderr)
+        return 130
     except ConfigError as exc:
         print(f"export-matrix: error: {exc}", file=sys.stderr)
         return 2
@@ -88,6 +96,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export-matrix: error: {where}{exc.strerror or exc}; unfinished cells are settled by the next "
               "status, sweep or rerun", file=sys.stderr)
         return 1
+    finally:
+        _on_sigterm(previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _on_sigterm(handler: object) -> object:
+    """Install a SIGTERM handler where this thread may (the main one); the one it replaced."""
+    try:
+        return signal.signal(signal.SIGTERM, handler)  # type: ignore[arg-type]
+    except (ValueError, TypeError):  # not the main thread, or no handler to put back
+        return None
 
 
 def _is_override(arg: str) -> bool:

@@ -56,6 +56,12 @@ def split_selection(overrides: list[str]) -> tuple[list[str], dict[str, list[str
     chosen: dict[str, list[str]] = {}
     for override in overrides:
         key, eq, value = override.partition("=")
+        bare = key.lstrip("+~").split("@", 1)[0]
+        if bare in SELECT_AXES and key != bare:
+            if key.startswith("~") or "@" in key:  # a deletion or a package move has no meaning for a selection
+                raise ConfigError(f"{override!r}: {bare} is a selection, not a config group to change "
+                                  f"(write {bare}=NAME[,NAME...])")
+            key = bare  # Hydra's append (+gpu=h100, ++gpu=h100) selects, as gpu=h100 does
         if eq and key in SELECT_AXES:
             names = [v.strip().strip("'\"") for v in value.strip().strip("[]").split(",") if v.strip()]
             if not names:

@@ -74,3 +74,14 @@ def cli(*args: str, check: bool = True, timeout: float = 600) -> subprocess.Comp
 
 def record(out: Path, cell: str) -> dict:
     return json.loads((out / "cells" / cell / "record.json").read_text())
+
+
+# The unit tier (`pytest -m fast`): modules that run no sweep, build no environment and start no Slurm.
+FAST_MODULES = {"test_units", "test_logparse", "test_config", "test_config_cache", "test_fingerprint_cache",
+                "test_collect_rules", "test_slurm_limits"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in FAST_MODULES:
+            item.add_marker(pytest.mark.fast)

@@ -31,6 +31,24 @@ def test_cells_command_prints_one_id_a_line() -> None:
     assert done.stdout.splitlines() == cells("matrix=tracking")
 
 
+@pytest.mark.parametrize("override", ["+gpu=h100", "++gpu=h100"])
+def test_hydra_append_on_an_axis_selects_as_the_plain_form(override: str) -> None:
+    done = cli("cells", "matrix=tracking", override)
+    ids = done.stdout.splitlines()
+    assert ids == cells("matrix=tracking", "gpu=h100") and len(ids) == 48
+    assert all(i.split("/")[1] == "h100" for i in ids)
+
+
+@pytest.mark.parametrize("override", ["~gpu", "~policy=act", "gpu@other=h100"])
+def test_an_axis_override_hydra_would_not_select_with_is_refused(override: str) -> None:
+    done = cli("cells", "matrix=tracking", override, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    axis = override.lstrip("~").split("@")[0].split("=")[0]
+    assert done.stderr.strip().splitlines() == [
+        f"export-matrix: error: {override!r}: {axis} is a selection, not a config group to change "
+        f"(write {axis}=NAME[,NAME...])"]
+
+
 def test_seed_checkpoints_tasks_and_args() -> None:
     cfg = compose_config(["matrix=tracking"]).cfg
     assert cfg.policies.lawam.checkpoint.path == "jialei02/lawam-libero-sft-lerobot"

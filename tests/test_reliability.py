@@ -208,3 +208,25 @@ def test_a_lowering_out_of_gpu_memory_is_an_oom_record_of_the_row_3_kind(tmp_pat
     assert cell["peak_gpu_phases"] == {"export": 81234.0, "run": 0.0} and cell["error"] == oom
     assert main(["collect", "--config-dir", str(conf), f"out_dir={out}"]) == 0
     assert "| probe | ❌ 3 |" in (out / "matrix.md").read_text()
+
+
+def test_ctrl_c_or_sigterm_of_a_local_sweep_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    """The terminal's Ctrl-C reaches the whole process group, jobs included; SIGTERM only the sweep."""
+    conf = probe_conf(tmp_path, 120)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        out = tmp_path / signum.name
+        sweep = subprocess.Popen(cli_args(conf, out, "sweep"), cwd=ROOT, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        wait_for_status(out / "cells/probe/cpu/local/record.json", "running")
+        if signum == signal.SIGINT:
+            os.killpg(sweep.pid, signum)
+        else:
+            sweep.send_signal(signum)
+        _, err = sweep.communicate(timeout=90)
+        assert sweep.returncode == 130, err
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        last = err.strip().splitlines()[-1]
+        assert last == (f"interrupted: 1 cells cancelled, records kept; rerun with: export-matrix rerun --failed "
+                        f"--config-dir {conf} matrix.policies=[probe] exporter=slow out_dir={out} "
+                        "launcher.poll_s=0.2").replace(f"--config-dir {conf} ", ""), err
+        assert record(out, "probe/cpu/local")["status"] in ("cancelled", "killed")

@@ -7,6 +7,14 @@ from ..record import UNFINISHED, Status, read_record, start_attempt, write_recor
 from ..spec import CellSpec
 
 
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM stopped a sweep: `cancelled` are the cells whose records now say so."""
+
+    def __init__(self, cancelled: list[str]) -> None:
+        super().__init__(f"{len(cancelled)} cells cancelled")
+        self.cancelled = cancelled
+
+
 def job_timeout_min(spec: CellSpec) -> int:
     """make_random and the export each have the cell's limit; the job gets both and a margin to write."""
     return int(2 * spec.timeout_min) + 5

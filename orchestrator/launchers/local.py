@@ -7,8 +7,11 @@ own record (killed, lost, cancelled before it started) gets one from what submit
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,9 @@ from ..job import now, run_cell
 from ..logparse import tail
 from ..record import UNFINISHED, UNREADABLE, Record, Status, read_record, write_record
 from ..spec import CellSpec
-from .common import gpus_requested, job_timeout_min, prepare
+from .common import Interrupted, gpus_requested, job_timeout_min, prepare
+
+CONTROLLER_LOG = "controllers.log"  # what submitit's job controllers print (their own tracebacks on Ctrl-C)
 
 
 def local_gpu_parameters(spec: CellSpec) -> dict[str, Any]:
@@ -108,7 +113,8 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
                 while queue and len(running) < max(parallel, 1):
                     spec = queue.pop(0)
                     executor.update_parameters(timeout_min=job_timeout_min(spec), **local_gpu_parameters(spec))
-                    job = executor.submit(run_cell, spec, attempts[spec.id])
+                    with _stderr_into(out_dir / "submitit" / CONTROLLER_LOG):
+                        job = executor.submit(run_cell, spec, attempts[spec.id])
                     running[spec.id] = (spec, job)
                     progress.console.print(f"[dim]started[/] {escape(spec.id)} [dim](job {job.job_id})[/]")
                 for cell_id, (spec, job) in list(running.items()):
@@ -131,8 +137,26 @@ def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: flo
                 _settle_quietly(results, spec, job, f"the sweep was {why}")
             for spec in queue:
                 _settle_quietly(results, spec, None, f"the sweep was {why} before this cell started")
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted([*running, *(spec.id for spec in queue)]) from None
             raise
     return results
+
+
+@contextmanager
+def _stderr_into(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at `path` while a job's submitit controller starts, so it inherits that instead
+    of the terminal: a Ctrl-C reaches the controller too, and its KeyboardInterrupt traceback belongs in a log."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _settle_quietly(results: list[Record], spec: CellSpec, job: submitit.Job | None, reason: str) -> None:
