@@ -21,7 +21,7 @@ from .checkpoints import CheckpointFailed, ensure_random_checkpoint
 from .envs import PROBE
 from .logparse import last_error_line, parse_log, tail
 from .process import StepInterrupted, run_logged
-from .record import Record, Status, Step, read_record, write_record
+from .record import RESUME_DIR, Record, Status, Step, read_record, write_record
 from .spec import PACKAGE_DIR, CellSpec
 
 EXPORT_LOG = "export.log"
@@ -43,6 +43,7 @@ def job_env(spec: CellSpec) -> dict[str, str]:
     # One Inductor cache per out_dir: a rerun of a CUDA export finds its kernels and autotuning choices there.
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(spec.out_dir) / INDUCTOR_CACHE))
     env.update(spec.env)
+    env.setdefault("EXPORT_MATRIX_RESUME_DIR", str(Path(spec.cell_dir) / RESUME_DIR))
     env.update(EXPORT_MATRIX_CELL=spec.id, EXPORT_MATRIX_POLICY=spec.policy, EXPORT_MATRIX_GPU=spec.gpu,
                EXPORT_MATRIX_TORCH=spec.torch)
     return env
@@ -195,6 +196,9 @@ def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offs
     for key in ("max_diff", "tolerance", "margin", "eager_ms", "exported_ms", "speedup", "check", "check_reason",
                 "repro"):
         setattr(record, key, found.get(key))
+    record.checked_files = found.get("checked_files") or {}
+    record.timing = found.get("timing") or {}
+    record.resumed = bool(found.get("resumed"))
     record.steps_s = found.get("steps_s") or {}
     record.peak_gpu_phases = found.get("peak_gpu_phases") or {}
     record.log_tail = tail(text, spec.parse["tail_lines"])

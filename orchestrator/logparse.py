@@ -62,6 +62,15 @@ def _embedded_lines(text: str, patterns: dict[str, Any]) -> dict[str, Any]:
         found["last_step"] = hits[-1]["step"]
     if patterns.get("step_seconds"):
         found["steps_s"] = {hit["step"]: _number(hit["seconds"]) for hit in re.finditer(patterns["step_seconds"], text)}
+    for key, pattern in (("checked_files", "checked_files"), ("timing", "timing_detail")):
+        hits = list(re.finditer(patterns[pattern], text)) if patterns.get(pattern) else []
+        if hits:
+            try:
+                found[key] = json.loads(hits[-1]["json"])
+            except ValueError:
+                found[key] = {"unreadable": hits[-1]["json"][:200]}
+    if patterns.get("resumed") and re.search(patterns["resumed"], text):
+        found["resumed"] = True
     hits = list(re.finditer(patterns["repro"], text)) if patterns.get("repro") else []
     if hits:
         try:

@@ -20,6 +20,7 @@ from .jsonio import loads
 RECORD_NAME = "record.json"
 LOCK_NAME = ".record.lock"
 ATTEMPTS_DIR = "attempts"
+RESUME_DIR = "resume"  # an export's saved programs and eager reference: the next attempt starts from them
 
 class Status(StrEnum):
     """How an attempt ended (or that it has not). Members are strings: JSON and comparisons see "passed"."""
@@ -78,6 +79,9 @@ class Record:
     peak_gpu_phases: dict[str, float] = field(default_factory=dict)  # the exporter's own: export, run (MiB)
     check: str | None = None  # which check ran: executorch | aoti | none (embedded CUDA exporter)
     check_reason: str | None = None  # why not executorch (aoti), why nothing could run (none)
+    checked_files: dict[str, str] = field(default_factory=dict)  # the written files the check loaded: sha256
+    timing: dict[str, Any] = field(default_factory=dict)  # what eager_ms and exported_ms each timed, runs, warm-up
+    resumed: bool = False  # the export started from a saved program of an earlier attempt (no load/trace/save)
     steps_s: dict[str, float] = field(default_factory=dict)  # the exporter's steps ("compile-model": 41.2)
     check_runs: list[float] = field(default_factory=list)  # max_diff of each run of a check repeated near its limit
     repro: dict[str, Any] | None = None  # a standalone repro's result: row, reproduced, summary, measurements
@@ -179,9 +183,11 @@ def unreadable(path: Path | str, exc: Exception) -> Record:
 
 
 def start_attempt(cell_dir: Path) -> int:
-    """Move the previous attempt (record, logs, bundle) to attempts/<n>/ and return the new attempt's number."""
+    """Move the previous attempt (record, logs, bundle) to attempts/<n>/ and return the new attempt's number.
+
+    resume/ stays: the exporter of the next attempt checks its key and starts after `save` where it matches."""
     cell_dir.mkdir(parents=True, exist_ok=True)
-    leftovers = [p for p in cell_dir.iterdir() if p.name not in (ATTEMPTS_DIR, LOCK_NAME)]
+    leftovers = [p for p in cell_dir.iterdir() if p.name not in (ATTEMPTS_DIR, LOCK_NAME, RESUME_DIR)]
     if not leftovers:
         return 1
     earlier = read_record(cell_dir)

@@ -121,3 +121,20 @@ def test_an_exception_class_without_an_error_suffix_is_the_error_not_torch_expor
     assert found["failed_step"] == "trace"
     assert found["error"].startswith("torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode: Could not "
                                       "extract specialized integer from data-dependent expression u0")
+
+
+def test_checked_files_timing_detail_and_resume_lines_reach_the_record_fields() -> None:
+    """The CUDA exporter's lines for which written files were checked, what each timing covered, and a resume."""
+    text = "\n".join([
+        "[load] resumed from /m/cells/pi05/h100/local/resume: the programs and eager reference ...",
+        'Exported policy checked files: {"model.pte": "ab12", "aoti_cuda_blob.ptd": "cd34"}',
+        "Exported policy timing: eager 14.014 ms, exported 8.061 ms (median of 5 runs)",
+        'Exported policy timing detail: {"eager": "adapter.compose over the traced modules (eager)", '
+        '"exported_runs": 5, "warmup": 1}',
+    ])
+    found = parse_log(text, PATTERNS)
+    assert found["checked_files"] == {"model.pte": "ab12", "aoti_cuda_blob.ptd": "cd34"}
+    assert found["timing"]["exported_runs"] == 5 and found["timing"]["warmup"] == 1
+    assert found["resumed"] is True
+    plain = parse_log("Exported policy timing: eager 1.0 ms, exported 2.0 ms (median of 5 runs)", PATTERNS)
+    assert "checked_files" not in plain and "timing" not in plain and "resumed" not in plain

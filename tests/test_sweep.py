@@ -147,6 +147,26 @@ def test_job_environment_has_axis_env_and_cell_names(ckpt_dir: Path, tmp_path: P
     assert (env["EXPORT_MATRIX_GPU"], env["EXPORT_MATRIX_TORCH"]) == ("h100", "local")
 
 
+def test_an_exports_resume_folder_outlives_its_attempt(ckpt_dir: Path, tmp_path: Path) -> None:
+    """What an export saved for the next attempt (EXPORT_MATRIX_RESUME_DIR) stays in the cell when the attempt
+    is archived, so a rerun after a time limit starts from it; the attempt's bundle and logs move as before."""
+    conf = tmp_path / "conf"
+    (conf / "exporter").mkdir(parents=True)
+    saver = ("import os, pathlib; d = pathlib.Path(os.environ['EXPORT_MATRIX_RESUME_DIR']); "
+             "print('found ' + (d / 'key').read_text() if (d / 'key').exists() else 'found nothing'); "
+             "d.mkdir(exist_ok=True); (d / 'key').write_text('k1'); "
+             "print('Exported policy test case: largest difference 0 (tolerance 1)')")
+    (conf / "exporter" / "saver.yaml").write_text(json.dumps({"command": ["{python}", "-c", saver]}))
+    args = ("sweep", "--config-dir", str(conf), "matrix=tracking", "matrix.gpus=[h100]", "matrix.torch=[local]",
+            "matrix.policies=[flux3]", "exporter=saver", f"out_dir={tmp_path}", f"ckpt_dir={ckpt_dir}")
+    cli(*args)
+    cli(*args)
+    cell = tmp_path / "cells/flux3/h100/local"
+    assert "found nothing" in (cell / "attempts/1/export.log").read_text()
+    assert "found k1" in (cell / "export.log").read_text()
+    assert (cell / "resume/key").read_text() == "k1" and not (cell / "attempts/1/resume").exists()
+
+
 def test_local_jobs_see_the_gpu_their_cell_asks_for(tmp_path: Path) -> None:
     """submitit's local executor hides every GPU unless told how many a job gets: a GPU cell gets its gres's
     count, numbered among the GPUs the sweep itself may see; a CPU cell gets none."""

@@ -42,20 +42,28 @@ def export_libtorch_symbols() -> None:
     _shims_global = True
 
 
-def named_blobs(program: Any, method: str) -> tuple[bytes, bytes]:
-    """The .so and weights bytes CudaBackend stored for `method` in an ExecutorchProgramManager's named data."""
-    store = getattr(program, "_named_data", None)
-    if store is None:
-        raise RuntimeError("the ExecuTorch program has no named data (not lowered by an AOTInductor backend?)")
-    entries = dict(store.pte_data)
-    for per_file in store.external_data.values():
-        entries.update(per_file)
-    missing = [key for key in (f"{method}_so_blob", f"{method}_weights_blob") if key not in entries]
-    if missing:
-        raise RuntimeError(f"the program's named data has no {', '.join(missing)} (keys: {sorted(entries)})")
-    so = store.buffers[entries[f"{method}_so_blob"].buffer_index]
-    weights = store.buffers[entries[f"{method}_weights_blob"].buffer_index]
-    return bytes(so), bytes(weights)
+def blobs_from_files(pte: Path, ptd: Path) -> dict[str, tuple[bytes, bytes]]:
+    """Each method's (.so, weights) bytes as the written program holds them: named data of model.pte and of the
+    .ptd next to it, read back from disk, so the check runs what a deployment would load."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
+
+    program = deserialize_pte_binary(pte.read_bytes())
+    named = program.named_data
+    if named is None:
+        raise RuntimeError(f"{pte.name} has no named data (not lowered by an AOTInductor backend?)")
+    entries = {key: named.buffers[entry.buffer_index] for key, entry in named.pte_data.items()}
+    if ptd.exists():
+        payload = FlatTensorSerializer().deserialize(ptd.read_bytes())
+        entries.update({key: payload.buffers[entry.buffer_index] for key, entry in payload.named_data.items()})
+    blobs = {}
+    for plan in program.program.execution_plan:
+        keys = (f"{plan.name}_so_blob", f"{plan.name}_weights_blob")
+        missing = [key for key in keys if key not in entries]
+        if missing:
+            raise RuntimeError(f"{pte.name} + {ptd.name} have no {', '.join(missing)} (keys: {sorted(entries)})")
+        blobs[plan.name] = (bytes(entries[keys[0]]), bytes(entries[keys[1]]))
+    return blobs
 
 
 class AotiMethod:

@@ -14,13 +14,14 @@ Imports only stdlib at module level: the file runs in a torch build's interprete
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aoti_runner import AotiMethod, executorch_cuda_unavailable, named_blobs
+from aoti_runner import AotiMethod, blobs_from_files, executorch_cuda_unavailable
 
 PTD_NAME = "aoti_cuda_blob.ptd"
 RunMethod = Callable[[str, list[Any]], list[Any]]
@@ -95,8 +96,10 @@ class LoadedProgram:
     run: RunMethod | None
 
 
-def load(pte: Path, blobs: dict[str, tuple[bytes, bytes]], workdir: Path, device: str = "cuda") -> LoadedProgram:
-    """The program ready to run: through the ExecuTorch runtime where it has CudaBackend, else through AOTI."""
+def load(pte: Path, workdir: Path, device: str = "cuda") -> LoadedProgram:
+    """The written program ready to run: by the ExecuTorch runtime where it has CudaBackend, else through AOTI.
+
+    Either way it is read from model.pte and the .ptd beside it, never from the program still in memory."""
     reason = executorch_cuda_unavailable()
     if reason is None:
         try:
@@ -104,6 +107,7 @@ def load(pte: Path, blobs: dict[str, tuple[bytes, bytes]], workdir: Path, device
         except Exception as exc:  # noqa: BLE001 - the reason goes into the record and the AOTI check runs
             reason = f"the ExecuTorch runtime could not load the program ({type(exc).__name__}: {exc})"
     try:
+        blobs = blobs_from_files(pte, pte.parent / PTD_NAME)
         runners = {method: AotiMethod(so, weights, workdir, method) for method, (so, weights) in blobs.items()}
     except Exception as exc:  # noqa: BLE001
         return LoadedProgram("none", f"{reason}; the program's AOTInductor .so did not load "
@@ -111,9 +115,17 @@ def load(pte: Path, blobs: dict[str, tuple[bytes, bytes]], workdir: Path, device
     return LoadedProgram("aoti", reason, lambda method, args: runners[method](list(args)))
 
 
-def blobs_of(program: Any) -> dict[str, tuple[bytes, bytes]]:
-    """Each method's (.so, weights) bytes from a lowered program, kept before the program is freed."""
-    return {method: named_blobs(program, method) for method in program.methods}
+def file_digests(pte: Path) -> dict[str, str]:
+    """sha256 of model.pte and its .ptd: which written files a check ran."""
+    digests = {}
+    for path in (pte, pte.parent / PTD_NAME):
+        if path.exists():
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1 << 24):
+                    digest.update(chunk)
+            digests[path.name] = digest.hexdigest()
+    return digests
 
 
 def _executorch_runner(pte: Path, device: str) -> RunMethod:

@@ -421,6 +421,55 @@ class LanguageTokensAdapter(ChunkAdapter):
         return {"adapter": self.name, "token_ids": "seeded ids in [0, 1024), mask all true (no hub tokenizer)"}
 
 
+class XVLAAdapter(LanguageTokensAdapter):
+    """xvla: seeded token ids (its BART tokenizer is on the hub) and the flow's starting noise as inputs.
+
+    X-VLA's generate_actions draws that noise with torch.randn inside the model; an exported program would draw
+    its own, so the adapter hands both sides the same tensor by answering that one call with the input.
+    """
+
+    name = "language_tokens_and_noise"
+
+    def observation(self, gen):
+        obs = ChunkAdapter.observation(self, gen)
+        length = self.config.tokenizer_max_length
+        obs[OBS_LANGUAGE_TOKENS] = torch.randint(0, self.TOKEN_IDS, (1, length), generator=gen)
+        return obs
+
+    def extra_inputs(self, batch, gen):
+        return {"noise": torch.randn((1, self.config.chunk_size, self.policy.model.dim_action), generator=gen)}
+
+    @staticmethod
+    def _forward(policy, named):
+        named = dict(named)
+        noise = named.pop("noise")
+        randn = torch.randn
+
+        def given_noise(*size, dtype=None, device=None, **kwargs):
+            if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+                size = tuple(size[0])
+            if tuple(size) == tuple(noise.shape):
+                return noise.to(dtype=dtype or noise.dtype, device=device or noise.device)
+            return randn(*size, dtype=dtype, device=device, **kwargs)
+
+        torch.randn = given_noise
+        try:
+            return policy.predict_action_chunk(named)
+        finally:
+            torch.randn = randn
+
+    def describe(self):
+        return {"adapter": self.name, "token_ids": "seeded ids in [0, 1024) (no hub tokenizer)",
+                "noise": "an input: the model's one torch.randn call answered with it"}
+
+
+class ForwardOnly:
+    """A resumed export's adapter, the policy not loaded: the action is the `forward` method's first output."""
+
+    name = "forward"
+    compose = ChunkAdapter.compose
+
+
 def make_adapter(policy: nn.Module) -> ChunkAdapter:
     kind = policy.config.type
     if kind == "diffusion":
@@ -433,4 +482,6 @@ def make_adapter(policy: nn.Module) -> ChunkAdapter:
         return GaussianActorAdapter(policy)
     if kind in ("pi0", "pi05"):
         return LanguageTokensAdapter(policy)
+    if kind == "xvla":
+        return XVLAAdapter(policy)
     return ChunkAdapter(policy)

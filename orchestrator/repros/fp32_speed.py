@@ -41,7 +41,7 @@ def run(out: Path, report: Callable[[dict], None]) -> dict[str, Any]:
         with torch.no_grad():
             program = cuda_program.lower({"forward": torch.export.export(model, (x,))})
             pte, _ = cuda_program.write(program, out / name)
-            loaded = cuda_program.load(pte, cuda_program.blobs_of(program), out / name / "aoti_check")
+            loaded = cuda_program.load(pte, out / name / "aoti_check")
             del program
             if loaded.run is None:
                 cases[name] = {"check": "none", "check_reason": loaded.reason}
