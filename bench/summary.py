@@ -58,9 +58,17 @@ def _scale(d: dict) -> tuple[str, str, str]:
             "status < 2 s ❌ (2,500 recorded cells)" if run["status_s"] >= 2 else "status < 2 s ✅")
 
 
+def _stacks(d: dict) -> tuple[str, str, str]:
+    versions = d["versions"]
+    passed = ", ".join(f"{s} (torch {versions.get(s, {}).get('torch')}): {n}/{d['cells_per_stack']} passed"
+                       for s, n in d["passed"].items())
+    every = all(n == d["cells_per_stack"] for n in d["passed"].values())
+    return ("the smoke matrix on two stacks (XNNPACK, CPU)", passed, f"every cell on both {'✅' if every else '❌'}")
+
+
 ROWS: dict[str, Callable[[dict], tuple[str, str, str]]] = {
     "overhead": _overhead, "cache": _cache, "prepare": _prepare, "collect": _collect, "submit": _submit,
-    "scale": _scale}
+    "scale": _scale, "stacks": _stacks}
 
 
 def table() -> str:

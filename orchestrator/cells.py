@@ -11,7 +11,7 @@ from .config import Composed, ConfigError, axis_list, number, to_plain
 from .envs import EnvRecipe, is_recipe, recipe_of
 from .fingerprint import env_identity, fingerprint
 from .spec import CellSpec
-from .validate import AXES, validate
+from .validate import AXES, validate, validate_axis
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -45,8 +45,10 @@ def expand(matrix: DictConfig) -> list[dict[str, str]]:
 def recipes(composed: Composed) -> dict[str, EnvRecipe]:
     """The torch builds of the composed config that declare how to build their environment."""
     envs_dir = Path(composed.cfg.envs_dir).expanduser()
-    return {name: recipe_of(name, to_plain(build), composed.config_dirs, envs_dir)
-            for name, build in composed.cfg.builds.items() if is_recipe(to_plain(build))}
+    builds = {name: to_plain(build) for name, build in composed.cfg.builds.items()}
+    validate_axis("builds", builds)  # env build and env list read recipes without resolving cells
+    return {name: recipe_of(name, build, composed.config_dirs, envs_dir)
+            for name, build in builds.items() if is_recipe(build)}
 
 
 def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpec]:
@@ -58,7 +60,6 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
     cfg = composed.cfg
     validate({node: to_plain(cfg.get(node)) for node in (*AXES, "launcher")})
     exporter_choice = composed.choices.get("exporter")
-    built_from = recipes(composed)
     identities: dict[str, dict[str, Any]] = {}
     repeat = _repeat(to_plain(cfg.get("repeat")) or {})
     specs = []
@@ -67,6 +68,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
         chosen = " ".join(f"{axis}={','.join(p)}" for axis, p in composed.selection.items())
         lists = "; ".join(f"{key}: {', '.join(axis_list(cfg.matrix, key))}" for key in ("policies", "gpus", "torch"))
         raise ConfigError(f"{chosen} selects no cell of matrix {composed.choices.get('matrix')} ({lists})")
+    built_from = recipes(composed)
     for cell in cells:
         policy = to_plain(cfg.policies[cell["policy"]])
         gpu = to_plain(cfg.gpus[cell["gpu"]])

@@ -55,7 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     env = sub.add_parser("env", help="torch build environments").add_subparsers(dest="env_command", required=True)
     build = command("build", "create a torch build's environment from its recipe (uv, patches)", env)
     build.add_argument("name", help="the torch build's config name")
+    build.add_argument("--wheelhouse", type=Path, default=None, metavar="DIR",
+                       help="install offline from DIR, made by `env wheelhouse NAME DIR`")
     overrides(build)
+    wheelhouse = command("wheelhouse", "download a torch build's wheels into DIR for offline `env build`", env)
+    wheelhouse.add_argument("name", help="the torch build's config name")
+    wheelhouse.add_argument("dir", type=Path, help="the folder for its wheels and pinned requirements")
+    overrides(wheelhouse)
     overrides(command("list", "show the torch builds and the state of their environments", env))
     return parser
 
@@ -203,24 +209,47 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return run_collect(args.overrides, args.config_dir, args.into, args.check)
 
 
-def cmd_env_build(args: argparse.Namespace) -> int:
+def _recipe(args: argparse.Namespace):
     from .cells import recipes
-    from .envs import EnvBuildError, build_env_logged
 
     composed = compose_config([f"matrix.torch=[{args.name}]", *args.overrides], args.config_dir)
     found = recipes(composed)
     if args.name not in found:
         raise ConfigError(f"torch build {args.name!r} has no recipe (pip: or lerobot:) to build "
                           f"(builds with one: {', '.join(sorted(found)) or 'none'})")
-    recipe = found[args.name]
+    return found[args.name]
+
+
+def cmd_env_build(args: argparse.Namespace) -> int:
+    from .envs import EnvBuildError, build_env_logged
+
+    recipe = _recipe(args)
     console = Console(stderr=True)
-    console.print(escape(f"building {args.name} in {recipe.path} ({', '.join(recipe.requirements)})"))
+    offline = f", offline from {args.wheelhouse}" if args.wheelhouse else ""
+    console.print(escape(f"building {args.name} in {recipe.path} ({', '.join(recipe.requirements)}{offline})"))
     try:
-        python = build_env_logged(recipe)
+        python = build_env_logged(recipe, args.wheelhouse)
     except EnvBuildError as exc:
         print(f"export-matrix: error: torch build {args.name}: {exc}", file=sys.stderr)
         return 1
     console.print(f"[green]built[/] {escape(str(python))}")
+    return 0
+
+
+def cmd_env_wheelhouse(args: argparse.Namespace) -> int:
+    from .envs import EnvBuildError
+    from .wheelhouse import make_wheelhouse_logged
+
+    recipe = _recipe(args)
+    console = Console(stderr=True)
+    console.print(escape(f"downloading the wheels of {args.name} into {args.dir}"))
+    try:
+        lock = make_wheelhouse_logged(recipe, args.dir)
+    except EnvBuildError as exc:
+        print(f"export-matrix: error: torch build {args.name}: {exc}", file=sys.stderr)
+        return 1
+    console.print(f"[green]wheelhouse[/] {escape(str(lock))}: "
+                  f"export-matrix env build {escape(args.name)} --wheelhouse {escape(str(args.dir))}")
     return 0
 
 
@@ -247,7 +276,8 @@ def cmd_env_list(args: argparse.Namespace) -> int:
 
 COMMANDS = {"cells": cmd_cells, "sweep": cmd_sweep, "rerun": cmd_rerun, "status": cmd_status, "show": cmd_show,
             "collect": cmd_collect,
-            "wait": cmd_wait, "env_build": cmd_env_build, "env_list": cmd_env_list}
+            "wait": cmd_wait, "env_build": cmd_env_build, "env_list": cmd_env_list,
+            "env_wheelhouse": cmd_env_wheelhouse}
 
 
 if __name__ == "__main__":

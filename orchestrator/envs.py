@@ -3,6 +3,8 @@
 A torch config with `pip:` or `lerobot:` is a recipe; its environment lives in `envs/<name>-<hash>/`, the hash
 covering the recipe and the patches' bytes, so a changed recipe is a new environment. The fingerprint file is
 written last and marks the env as built; a failed build removes the folder, and a killed one is started over.
+`overrides:` go to uv as an overrides file: they replace every dependency's pin of those packages (lerobot's
+torch<2.12 when a recipe wants torch 2.15). With a wheelhouse (wheelhouse.py) the install reads nothing but it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from typing import Any
 
 from .atomic import write_json_atomic
 
-RECIPE_KEYS = ("python_version", "pip", "index_url", "lerobot", "transformers", "patches")
+RECIPE_KEYS = ("python_version", "pip", "index_url", "lerobot", "transformers", "patches", "overrides")
+# a site-wide constraint (a pip.conf or UV_CONSTRAINT capping torch) would change what a recipe builds unseen
+LIFTED = ("PIP_CONSTRAINT", "UV_CONSTRAINT", "UV_OVERRIDE", "UV_BUILD_CONSTRAINT")
+OVERRIDES = "export-matrix-overrides.txt"
 FINGERPRINT = "export-matrix-env.json"
 PROBE = Path(__file__).parent / "scripts" / "probe.py"  # run with a build's interpreter: what it has
 
@@ -37,6 +42,7 @@ class EnvRecipe:
     index_url: str | None
     patches: list[Path]
     envs_dir: Path
+    overrides: tuple[str, ...] = ()
 
     @property
     def patch_sha(self) -> list[str]:
@@ -44,8 +50,11 @@ class EnvRecipe:
 
     @property
     def digest(self) -> str:
-        blob = json.dumps({"python": self.python_version, "requirements": self.requirements,
-                           "index_url": self.index_url, "patches": self.patch_sha}, sort_keys=True)
+        fields = {"python": self.python_version, "requirements": self.requirements, "index_url": self.index_url,
+                  "patches": self.patch_sha}
+        if self.overrides:  # only then: the digests (and built envs) of recipes without overrides stay as they were
+            fields["overrides"] = list(self.overrides)
+        blob = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     @property
@@ -80,7 +89,7 @@ def recipe_of(name: str, build: dict[str, Any], config_dirs: list[Path], envs_di
     patches = [_find_patch(name, str(p), config_dirs) for p in build.get("patches") or []]
     return EnvRecipe(name=name, python_version=str(build.get("python_version") or "3.12"),
                      requirements=requirements, index_url=build.get("index_url"), patches=patches,
-                     envs_dir=envs_dir.absolute())
+                     envs_dir=envs_dir.absolute(), overrides=tuple(str(o) for o in build.get("overrides") or []))
 
 
 def _find_patch(build: str, patch: str, config_dirs: list[Path]) -> Path:
@@ -112,25 +121,35 @@ def uv() -> str:
     return str(beside) if beside.exists() else (shutil.which("uv") or "uv")
 
 
-def build_env(recipe: EnvRecipe, log: Any = None) -> Path:
-    """Create the environment, install, patch, verify and fingerprint it; returns its python."""
+def build_env(recipe: EnvRecipe, log: Any = None, wheelhouse: Path | None = None) -> Path:
+    """Create the environment, install, patch, verify and fingerprint it; returns its python.
+
+    With a wheelhouse, uv installs its lock of the recipe offline, from its wheels alone."""
     if recipe.built:
         return recipe.python
     for patch in recipe.patches:
         if not patch.is_file():
             raise EnvBuildError(f"patch {patch} not found: download it there (for a pytorch PR: "
                                 f"https://github.com/pytorch/pytorch/pull/<N>.diff)")
+    lock = lock_path(recipe, wheelhouse) if wheelhouse else None
+    if lock and not lock.is_file():
+        raise EnvBuildError(f"{wheelhouse} has no wheelhouse of this recipe ({lock.name} missing): make it with "
+                            f"export-matrix env wheelhouse {recipe.name} {wheelhouse}")
     building = recipe.path
     shutil.rmtree(building, ignore_errors=True)
     building.parent.mkdir(parents=True, exist_ok=True)
     try:
         _run([uv(), "venv", "--python", find_interpreter(recipe.python_version), str(building)], log)
         python = building / "bin" / "python"
-        index = ["--index-url", recipe.index_url] if recipe.index_url else []
         if recipe.requirements:
             # compiled: jobs import torch from an env that may be read-only to them (or PYTHONDONTWRITEBYTECODE)
-            _run([uv(), "pip", "install", "--compile-bytecode", "--python", str(python), *index,
-                  *recipe.requirements], log)
+            install = [uv(), "pip", "install", "--compile-bytecode", "--python", str(python),
+                       *overrides_args(recipe, building)]
+            if lock:
+                install += ["--offline", "--no-index", "--find-links", str(wheelhouse), "-r", str(lock)]
+            else:
+                install += [*index_args(recipe), *recipe.requirements]
+            _run(install, log)
         site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], log).strip()
         for patch in recipe.patches:
             apply_patch(patch, Path(site))
@@ -138,7 +157,7 @@ def build_env(recipe: EnvRecipe, log: Any = None) -> Path:
         version = _run([str(python), "-c", "import platform; print(platform.python_version())"], log).strip()
         write_json_atomic(building / FINGERPRINT, {
             "name": recipe.name, "python_version": version, "requirements": recipe.requirements,
-            "index_url": recipe.index_url, "freeze": sorted(freeze),
+            "index_url": recipe.index_url, "overrides": list(recipe.overrides), "freeze": sorted(freeze),
             "patches": {p.name: sha256(p) for p in recipe.patches},
         })
     except BaseException:
@@ -147,13 +166,31 @@ def build_env(recipe: EnvRecipe, log: Any = None) -> Path:
     return recipe.python
 
 
-def build_env_logged(recipe: EnvRecipe) -> Path:
+def index_args(recipe: EnvRecipe) -> list[str]:
+    return ["--index-url", recipe.index_url] if recipe.index_url else []
+
+
+def overrides_args(recipe: EnvRecipe, folder: Path) -> list[str]:
+    """uv's --overrides with the recipe's overrides written to a file in `folder` (none without overrides)."""
+    if not recipe.overrides:
+        return []
+    path = folder / OVERRIDES
+    path.write_text("".join(f"{o}\n" for o in recipe.overrides))
+    return ["--overrides", str(path)]
+
+
+def lock_path(recipe: EnvRecipe, wheelhouse: Path) -> Path:
+    """The wheelhouse's pinned requirements of this recipe: named by its env, so a changed recipe has none."""
+    return wheelhouse.absolute() / f"{recipe.path.name}.txt"
+
+
+def build_env_logged(recipe: EnvRecipe, wheelhouse: Path | None = None) -> Path:
     """build_env with its commands' output in envs/<name>-<hash>.log, named in the error if it fails."""
     recipe.envs_dir.mkdir(parents=True, exist_ok=True)
     log_path = recipe.envs_dir / f"{recipe.path.name}.log"
     try:
         with open(log_path, "w") as log:
-            return build_env(recipe, log)
+            return build_env(recipe, log, wheelhouse)
     except EnvBuildError as exc:
         raise EnvBuildError(f"{exc} (log: {log_path})") from None
 
@@ -184,14 +221,32 @@ def _failing_file(output: str) -> str:
     return output.strip().splitlines()[-1] if output.strip() else "unknown reason"
 
 
+def build_environ() -> dict[str, str]:
+    """The environment of a build's commands: no Python downloads, no site-wide constraint (LIFTED)."""
+    env = {k: v for k, v in os.environ.items() if k not in LIFTED}
+    return {**env, "UV_PYTHON_DOWNLOADS": "never", "PIP_CONSTRAINT": ""}  # empty: also lifts a pip.conf's
+
+
 def _run(command: list[str], log: Any) -> str:
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+    done = subprocess.run(command, capture_output=True, text=True, env=build_environ())
     if log is not None:
         log.write(f"$ {' '.join(command)}\n{done.stdout}{done.stderr}")
     if done.returncode != 0:
-        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
-        raise EnvBuildError(f"{Path(command[0]).name} {command[1]} failed: {last}")
+        output = done.stderr.strip() or done.stdout.strip() or "no output"
+        reason = no_solution(output) or output.splitlines()[-1]
+        raise EnvBuildError(f"{Path(command[0]).name} {command[1]} failed: {reason}")
     return done.stdout
+
+
+def no_solution(output: str) -> str | None:
+    """uv's unsatisfiable resolution in one line: the pins that conflict, not just "unsatisfiable"."""
+    if "No solution found" not in output:
+        return None
+    text = " ".join(output.split())
+    clauses = re.findall(r"[Bb]ecause (.+?), we can conclude", text)
+    pins = [c for c in clauses if re.search(r"\bdepends? on\b", c)] or clauses
+    return (f"no solution: {'; '.join(dict.fromkeys(pins))} (a recipe's overrides: replace a dependency's pins)"
+            if pins else None)
 
 
 def env_fingerprint(python: str) -> dict[str, Any]:

@@ -55,7 +55,7 @@ AXES: dict[str, dict[str, Rule]] = {
     "gpus": {"label": OPTIONAL_TEXT, "exporter": OPTIONAL_TEXT, "slurm": MAPPING, "env": MAPPING},
     "builds": {"python": OPTIONAL_TEXT, "fixes": TEXTS, "env": MAPPING, "pip": TEXTS, "patches": TEXTS,
                "python_version": OPTIONAL_TEXT, "index_url": OPTIONAL_TEXT, "lerobot": OPTIONAL_TEXT,
-               "transformers": OPTIONAL_TEXT},
+               "transformers": OPTIONAL_TEXT, "overrides": TEXTS},
     "exporters": {"command": (lambda v: _texts(v) and bool(v), "a non-empty list of strings"),
                   "requires_cuda": BOOL},
 }
@@ -75,17 +75,22 @@ def check(key: str, value: Any, rule: Rule) -> None:
         raise ConfigError(f"{key} must be {allowed}, got {value!r}")
 
 
+def validate_axis(node: str, entries: dict[str, Any]) -> None:
+    """Raise ConfigError on the first bad value of one axis node (policies, gpus, builds, exporters)."""
+    for name, values in entries.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{node}.{name} must be a mapping, got {values!r}")
+        for key, rule in AXES[node].items():
+            check(f"{node}.{name}.{key}", values.get(key), rule)
+        for key, value in (values.get("slurm") or {}).items():
+            if key in SLURM:
+                check(f"{node}.{name}.slurm.{key}", value, SLURM[key])
+
+
 def validate(cfg: dict[str, Any]) -> None:
     """Raise ConfigError on the first bad value of the composed (plain) config's axes and launcher."""
-    for node, rules in AXES.items():
-        for name, values in (cfg.get(node) or {}).items():
-            if not isinstance(values, dict):
-                raise ConfigError(f"{node}.{name} must be a mapping, got {values!r}")
-            for key, rule in rules.items():
-                check(f"{node}.{name}.{key}", values.get(key), rule)
-            for key, value in (values.get("slurm") or {}).items():
-                if key in SLURM:
-                    check(f"{node}.{name}.slurm.{key}", value, SLURM[key])
+    for node in AXES:
+        validate_axis(node, cfg.get(node) or {})
     launcher = cfg.get("launcher") or {}
     rules = LAUNCHERS.get(str(launcher.get("name")))
     if rules is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -180,3 +181,179 @@ def test_a_patched_build_turns_view_copies_back_into_views(tmp_path: Path, build
 
     assert targets("") == "['aten.detach_copy.default', 'aten.split_copy.Tensor']"
     assert targets(str(site)) == patched
+
+
+# Recipes of tiny packages on a local index: lerobot's shape (a policy package pinning torch and torchvision
+# below the versions a recipe wants), in milliseconds instead of gigabytes.
+BOT_REQUIRES = ["emx-torch<2.12", "emx-vision<0.27"]
+OVERRIDES = ["emx-torch==2.15.0", "emx-vision==0.29.2"]
+
+
+def wheel_files(name: str, version: str, requires: list[str]) -> dict[str, str]:
+    module, dist = name.replace("-", "_"), f"{name.replace('-', '_')}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    return {f"{module}/__init__.py": f'VERSION = "{version}"\n', f"{dist}/METADATA": metadata,
+            f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+
+
+def write_wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
+    import base64
+    import hashlib
+    import zipfile
+
+    files = wheel_files(name, version, requires)
+    dist = next(f for f in files if f.endswith("/WHEEL")).split("/")[0]
+    record = "".join(f"{f},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).decode().rstrip('=')},"
+                     f"{len(t.encode())}\n" for f, t in files.items()) + f"{dist}/RECORD,,\n"
+    path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in {**files, f"{dist}/RECORD": record}.items():
+            archive.writestr(member, text)
+    return path
+
+
+def local_index(root: Path, with_bot: bool = True) -> str:
+    """A PEP 503 index (file://) of emx-torch 2.11.0/2.15.0, emx-vision 0.26.0/0.29.2 and emx-bot 0.6.1."""
+    packages = {"emx-torch": [("2.11.0", []), ("2.15.0", [])],
+                "emx-vision": [("0.26.0", ["emx-torch==2.11.0"]), ("0.29.2", ["emx-torch==2.15.0"])]}
+    if with_bot:
+        packages["emx-bot"] = [("0.6.1", BOT_REQUIRES)]
+    for name, versions in packages.items():
+        links = [write_wheel(root / "files", name, v, r).name for v, r in versions]
+        write(root / "simple" / name / "index.html",
+              "".join(f'<a href="../../files/{link}">{link}</a>\n' for link in links))
+    write(root / "simple" / "index.html", "".join(f'<a href="{n}/">{n}</a>\n' for n in packages))
+    return (root / "simple").as_uri()
+
+
+def emx_recipe(conf: Path, name: str, index: str, **more: object) -> None:
+    write(conf / "torch" / f"{name}.yaml", json.dumps({
+        "python_version": "3.12", "index_url": index, "pip": ["emx-torch==2.15.0"], "lerobot": "emx-bot==0.6.1",
+        "fixes": [], "env": {}, **more}))
+
+
+def freeze_of(envs: Path, name: str) -> list[str]:
+    (env,) = [p for p in envs.iterdir() if p.is_dir() and p.name.startswith(f"{name}-")]
+    return json.loads((env / "export-matrix-env.json").read_text())["freeze"]
+
+
+def test_a_resolve_that_fails_names_the_conflicting_pins(tmp_path: Path) -> None:
+    conf, envs = tmp_path / "conf", tmp_path / "envs"
+    emx_recipe(conf, "pinned", local_index(tmp_path / "index"))
+    done = cli("env", "build", "pinned", "--config-dir", str(conf), f"envs_dir={envs}", check=False)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("export-matrix: error")]
+    assert done.returncode == 1 and len(errors) == 1 and done.stderr.strip().endswith(errors[0]), done.stderr
+    assert errors[0].startswith("export-matrix: error: torch build pinned: uv pip failed: no solution: ")
+    assert re.search(r"emx-bot depends? on emx-torch<2.12 and you require emx-torch==2.15.0;? ", errors[0]), errors[0]
+    assert "(log: " in errors[0] and not [p for p in envs.iterdir() if p.is_dir()]
+
+
+def test_overrides_replace_a_dependencys_pins_and_a_site_constraint_is_lifted(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    conf, envs = tmp_path / "conf", tmp_path / "envs"
+    emx_recipe(conf, "overridden", local_index(tmp_path / "index"), overrides=OVERRIDES)
+    cap = write(tmp_path / "site-constraints.txt", "emx-torch<=2.14.1\n")  # a machine's cap on torch
+    monkeypatch.setenv("UV_CONSTRAINT", str(cap))
+    monkeypatch.setenv("PIP_CONSTRAINT", str(cap))
+    cli("env", "build", "overridden", "--config-dir", str(conf), f"envs_dir={envs}")
+    freeze = freeze_of(envs, "overridden")
+    assert {"emx-torch==2.15.0", "emx-vision==0.29.2", "emx-bot==0.6.1"} <= set(freeze), freeze
+
+    def listed() -> list[str]:
+        lines = cli("env", "list", "--config-dir", str(conf), f"envs_dir={envs}").stdout.splitlines()
+        return next(line.split() for line in lines if line.startswith("overridden "))
+
+    before = listed()
+    emx_recipe(conf, "overridden", local_index(tmp_path / "index"), overrides=OVERRIDES[:1])
+    after = listed()
+    assert before[1] == "built" and after[1:3] == ["not", "built"] and before[-1] != after[-1]  # in the digest
+
+
+def test_overrides_must_be_a_list(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    emx_recipe(conf, "bad", "file:///nowhere", overrides="emx-torch==2.15.0")
+    done = cli("env", "build", "bad", "--config-dir", str(conf), check=False)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "export-matrix: error: builds.bad.overrides must be a list of strings, got 'emx-torch==2.15.0'"]
+
+
+BACKEND = '''
+"""A build backend with no requirements: it zips the package as it is."""
+import base64, hashlib, os, zipfile
+
+NAME, VERSION = "emx_bot", "0.6.1"
+FILES = {"emx_bot/__init__.py": open("emx_bot/__init__.py").read(),
+         "emx_bot-0.6.1.dist-info/METADATA": "Metadata-Version: 2.1\\nName: emx-bot\\nVersion: 0.6.1\\n"
+         + "".join(f"Requires-Dist: {r}\\n" for r in REQUIRES),
+         "emx_bot-0.6.1.dist-info/WHEEL": "Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    def sha(text):
+        return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).decode().rstrip("=")
+    record = "".join(f"{f},sha256={sha(t)},{len(t.encode())}\\n" for f, t in FILES.items())
+    name = "emx_bot-0.6.1-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as archive:
+        for member, text in FILES.items():
+            archive.writestr(member, text)
+        archive.writestr("emx_bot-0.6.1.dist-info/RECORD", record + "emx_bot-0.6.1.dist-info/RECORD,,\\n")
+    return name
+'''
+
+
+def bot_fork(root: Path) -> str:
+    """emx-bot 0.6.1 as a fork's source in a git repository (a lerobot @ git+... requirement)."""
+    write(root / "emx_bot" / "__init__.py", 'VERSION = "0.6.1"\nSOURCE = "fork"\n')
+    write(root / "backend.py", f"REQUIRES = {BOT_REQUIRES!r}\n{BACKEND}")
+    write(root / "pyproject.toml", '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for command in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "fork"]):
+        subprocess.run([*git, *command], check=True, capture_output=True)
+    return f"emx-bot @ git+{root.as_uri()}"
+
+
+def test_a_wheelhouse_builds_the_env_with_the_network_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wheelhouse holds the fork built from its git source; the offline build installs it, the overridden
+    pins and the patch with the index, the git repository and every proxy gone."""
+    conf, envs, house = tmp_path / "conf", tmp_path / "envs", tmp_path / "wheelhouse"
+    patch = ("--- a/emx_bot/__init__.py\n+++ b/emx_bot/__init__.py\n@@ -1,2 +1,3 @@\n VERSION = \"0.6.1\"\n"
+             " SOURCE = \"fork\"\n+PATCHED = True\n")
+    write(conf / "patches" / "emx-bot.diff", patch)
+    emx_recipe(conf, "fork", local_index(tmp_path / "index", with_bot=False), lerobot=bot_fork(tmp_path / "fork"),
+               overrides=OVERRIDES, patches=["patches/emx-bot.diff"])
+    common = ["--config-dir", str(conf), f"envs_dir={envs}"]
+    cli("env", "wheelhouse", "fork", str(house), *common)
+    assert {w.name.split("-")[0] for w in house.glob("*.whl")} == {"emx_torch", "emx_vision", "emx_bot"}
+
+    shutil.rmtree(tmp_path / "index")
+    shutil.rmtree(tmp_path / "fork")
+    for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(proxy, "http://127.0.0.1:9")  # nothing listens there: any download fails
+    online = cli("env", "build", "fork", *common, check=False)
+    assert online.returncode == 1 and "uv pip failed" in online.stderr, online.stderr
+
+    cli("env", "build", "fork", "--wheelhouse", str(house), *common)
+    freeze = freeze_of(envs, "fork")
+    assert {"emx-torch==2.15.0", "emx-vision==0.29.2", "emx-bot==0.6.1"} <= set(freeze), freeze
+    (env,) = [p for p in envs.iterdir() if p.is_dir()]
+    done = subprocess.run([str(env / "bin/python"), "-c", "import emx_bot; print(emx_bot.SOURCE, emx_bot.PATCHED)"],
+                          capture_output=True, text=True)
+    assert done.stdout.strip() == "fork True", done.stderr
+
+
+def test_a_wheelhouse_of_another_recipe_is_refused(tmp_path: Path) -> None:
+    conf, house = tmp_path / "conf", tmp_path / "wheelhouse"
+    emx_recipe(conf, "pinned", "file:///nowhere")
+    house.mkdir()
+    done = cli("env", "build", "pinned", "--wheelhouse", str(house), "--config-dir", str(conf),
+               f"envs_dir={tmp_path / 'envs'}", check=False)
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("export-matrix: error")]
+    assert done.returncode == 1 and line.startswith(
+        f"export-matrix: error: torch build pinned: {house} has no wheelhouse of this recipe (pinned-"), line
+    assert f"missing): make it with export-matrix env wheelhouse pinned {house} (log: " in line
