@@ -198,9 +198,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_wait(args: argparse.Namespace) -> int:
     from .config_cache import composed_out_dir
     from .launchers.slurm.commands import wait_command
+    from .status import show_status
 
-    return wait_command(composed_out_dir(out_dir_only(args.overrides), args.config_dir), args.poll_s,
-                        args.overrides, args.config_dir)
+    out_dir = composed_out_dir(out_dir_only(args.overrides), args.config_dir)
+    return wait_command(out_dir, args.poll_s,
+                        lambda cells: show_status(out_dir, args.overrides, args.config_dir, polled=cells))
 
 
 def cmd_collect(args: argparse.Namespace) -> int:

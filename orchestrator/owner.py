@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .record import UNFINISHED, Record, Status, write_record
+from .record import UNFINISHED, Record, Status, read_record, write_record
 
 
 def _start_time(pid: int) -> str | None:
@@ -53,6 +53,14 @@ def settle(cell_dir: Path, record: Record) -> Record:
         record.status = Status.CANCELLED
         record.error = f"the sweep that queued this cell (pid {pid}) ended before the cell ran"
     write_record(cell_dir, record)
+    return record
+
+
+def current_record(cell_dir: Path | str) -> Record | None:
+    """The cell's record as status and wait show it: None where it has none, settled where its owner died."""
+    record = read_record(cell_dir)
+    if record is not None and record.status in UNFINISHED:
+        record = settle(Path(cell_dir), record)
     return record
 
 

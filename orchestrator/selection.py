@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import owner
 from .config import ConfigError, compose_config, selected, split_selection
-from .record import UNFINISHED, Record, Status, read_record, record_paths
+from .record import UNFINISHED, Record, Status, record_paths
 from .spec import CellSpec
 
 
@@ -18,10 +18,8 @@ def recorded(out_dir: Path) -> dict[str, Record]:
     found = {}
     for path in record_paths(out_dir):
         cell_dir = os.path.dirname(path)
-        record = read_record(cell_dir)
+        record = owner.current_record(cell_dir)
         if record is not None:
-            if record.status in UNFINISHED:
-                record = owner.settle(Path(cell_dir), record)
             found["/".join(cell_dir.rsplit(os.sep, 3)[1:])] = record
     return found
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from ...console import exit_code, summarize
 from ...record import Record
 from ...spec import CellSpec
 from .active import leave_active
-from .follow import wait_for
+from .follow import CellState, wait_for
 from .manifest import MANIFEST, manifest_path
 from .submit import SlurmSettings, submit_sweep
 
@@ -57,10 +58,9 @@ class SlurmLauncher:
         return exit_code(records)
 
 
-def wait_command(out_dir: Path, poll_s: float | None, overrides: list[str], config_dir: Path | None) -> int:
-    """`export-matrix wait`: follow the manifest's cells until all ended, then show the status table."""
-    from ...status import show_status
-
+def wait_command(out_dir: Path, poll_s: float | None, show: Callable[[list[CellState]], object]) -> int:
+    """`export-matrix wait`: follow the manifest's cells until all ended, then `show` the last poll's states (the
+    CLI's status table, which then asks Slurm no second time)."""
     console = Console(stderr=True)
     if not manifest_path(out_dir).exists():
         console.print(escape(f"no Slurm sweep under {out_dir} ({MANIFEST} is missing)"))
@@ -70,5 +70,5 @@ def wait_command(out_dir: Path, poll_s: float | None, overrides: list[str], conf
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         console.print(f"[red]{escape(f'export-matrix: error: could not ask Slurm about the jobs: {exc}')}[/]")
         return 2
-    show_status(out_dir, overrides, config_dir, polled=cells)  # the last poll's states: no second sacct
+    show(cells)
     return exit_code(c.record for c in cells if c.record)

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from ...console import counts_text
 from ...console import progress as console_progress
+from ...owner import current_record
 from ...record import UNFINISHED, Record, Status, write_record
 from ...spec import cell_dir
 from .manifest import Entry, read_entries, read_manifest
@@ -87,26 +88,35 @@ def _age_s(stamp: str | None) -> float:
 
 def poll(out_dir: Path, cells: list[str] | None = None,
          records: dict[str, Record] | None = None) -> list[CellState]:
-    """Ask Slurm about every job of the manifest (one sacct call), settle the ended ones, return each cell."""
-    from ...selection import recorded
+    """Ask Slurm about every job of the manifest (one sacct call), settle the ended ones, return each cell.
 
+    `records`: the cells' records where the caller has read them already (status reads every record once), else
+    each cell's is read here."""
     entries = {c: e for c, e in read_entries(out_dir).items() if cells is None or c in cells}
     states = sacct([e.job_id for e in entries.values()])
-    records = recorded(Path(out_dir)) if records is None else records  # status passes the ones it has read
     found = []
     for cell_id, entry in entries.items():
         job = lookup(states, entry.job_id)
         if job is None and _age_s(entry.submitted_at) >= UNKNOWN_GRACE_S:
             job = JobState(entry.job_id, "UNKNOWN")
-        state = CellState(cell_id, records.get(cell_id), entry, job)
-        ended = job is not None and not job.active and not state.ending
-        if ended and state._current and not settled(state.record, entry):
+        record = records.get(cell_id) if records is not None else current_record(cell_dir(out_dir, cell_id))
+        state = CellState(cell_id, record, entry, job)
+        if records is not None and _to_settle(state):  # read before sacct answered: the job may have written since
+            state.record = current_record(cell_dir(out_dir, cell_id))
+        if _to_settle(state):
             after = settle(state.record or _blank(cell_id, entry), entry, job)
             if after != state.record:
                 write_record(cell_dir(entry.out_dir, cell_id), after)
                 state.record = after
         found.append(state)
     return found
+
+
+def _to_settle(state: CellState) -> bool:
+    """Its job has ended and its record is not yet the one settle gives."""
+    job = state.job
+    return (job is not None and state.entry is not None and not job.active and not state.ending and state._current
+            and not settled(state.record, state.entry, job))
 
 
 def _blank(cell_id: str, entry: Entry) -> Record:

@@ -36,11 +36,15 @@ def _step_from_files(directory: Path) -> str:
     return "make_random" if (directory / "make_random.log").exists() else "setup"
 
 
-def settled(record: Record | None, entry: Entry) -> bool:
-    """The record is already the one `settle` gave for this job: settling it again would give it back unchanged,
-    so a status of a finished sweep does not rebuild thousands of records to find nothing to write."""
-    return (record is not None and record.status not in UNFINISHED and record.job_id == entry.job_id
-            and (record.logs or {}).get("job_stdout") == entry.stdout)
+def settled(record: Record | None, entry: Entry, job: JobState) -> bool:
+    """`settle` would give the record back unchanged, so a status of a finished sweep builds no copy of thousands
+    of records to find nothing to write: a finished record of a job that COMPLETED or FAILED (or that sacct no
+    longer knows) is the job's own, and a record settled once already names the job and its log."""
+    if record is None or record.status in UNFINISHED:
+        return False
+    if job.state in ("COMPLETED", "FAILED", "UNKNOWN"):
+        return True
+    return record.job_id == entry.job_id and (record.logs or {}).get("job_stdout") == entry.stdout
 
 
 def settle(record: Record, entry: Entry, job: JobState) -> Record:
