@@ -533,3 +533,47 @@ def test_build_note_names_where_a_policy_hit_a_failure() -> None:
     assert note(five(lambda k: k < 2, lambda k: k < 2)) == "stock torch"
     assert note(five(lambda k: k < 2, lambda k: k in (1, 4)) + [("b4", False, False)]) == "torch b1, b4"
     assert note(five(lambda k: False, lambda k: k > 2)) == "torch b3, b4"
+
+
+V211 = {"torch": "2.11.0", "executorch": "1.2.0"}
+V215 = {"torch": "2.15.0", "executorch": "1.5.1"}
+
+
+def two_stock(out: Path, *args: str) -> int:
+    return main(["collect", f"out_dir={out}", "matrix=tracking", "matrix.policies=[act]",
+                 "matrix.torch=[stock,pypi215]", *args])
+
+
+def test_two_stock_builds_of_a_gpu_go_side_by_side_labelled_by_their_versions(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    passed(tmp_path, "act/h100/stock", versions=V211)
+    put(tmp_path, "act/h100/pypi215", "failed", error=ROW7, versions=V215)
+    passed(tmp_path, "act/a100/stock", versions=V211)
+    assert two_stock(tmp_path) == 0
+    lines = (tmp_path / "matrix.md").read_text().splitlines()
+    assert lines[1] == ("| policy | H100 (sm_90) · torch 2.11.0 · ET 1.2.0 | H100 (sm_90) · torch 2.15.0 · ET 1.5.1 "
+                        "| A100 80GB (sm_80) |")
+    assert table_line(tmp_path, "act").startswith("| act | ✅ 0.022 / 0.075 | ❌ 7 | ✅ 0.022 / 0.075")
+    assert {gpu for _, gpu in rows(tmp_path)} == {"h100@stock", "h100@pypi215", "a100"}
+    capsys.readouterr()
+    passed(tmp_path, "act/h100/pypi215", versions=V215)
+    assert two_stock(tmp_path) == 0
+    assert "- act on H100 pypi215 (torch 2.15.0 · ET 1.5.1): ❌ → ✅" in capsys.readouterr().out.splitlines()
+
+
+def test_table_by_build_splits_every_gpu_and_never_repeats_a_label(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    passed(tmp_path, "act/h100/stock", versions=V211)
+    passed(tmp_path, "act/h100/pypi215", versions=V211)  # the same versions: the build's name tells them apart
+    passed(tmp_path, "act/a100/stock", versions=V211)
+    put(tmp_path, "act/a100/pr202785", "failed", error=ROW7, versions=V211, fixes=["pytorch/pytorch#202785"])
+    assert main(["collect", f"out_dir={tmp_path}", "matrix=tracking", "matrix.policies=[act]",
+                 "matrix.torch=[stock,pypi215,pr202785]", "table.by=build"]) == 0
+    header = (tmp_path / "matrix.md").read_text().splitlines()[1].split(" | ")[1:]
+    assert len(header) == len(set(header)) == 4
+    assert "H100 (sm_90) · torch 2.11.0 · ET 1.2.0 (pypi215)" in header
+    assert header[-1] == "A100 80GB (sm_80) · torch 2.11.0 · ET 1.2.0 · with pytorch/pytorch#202785 |"
+    assert header[0] == "H100 (sm_90) · torch 2.11.0 · ET 1.2.0 (stock)"
+    capsys.readouterr()
+    assert main(["collect", f"out_dir={tmp_path}", "table.by=policy"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("table.by=policy is not one of: gpu, build")

@@ -68,7 +68,8 @@ def test_seed_checkpoints_tasks_and_args() -> None:
     ("launcher=nope", "unknown launcher 'nope' (valid: "),
     ("matrix.policies=[act,nope]", "unknown policy 'nope' (valid: act, cosmos3, diffusion,"),
     ("matrix.gpus=[h800]", "unknown gpu 'h800' (valid: a100, cpu, h100, h200)"),
-    ("matrix.torch=[nightly]", "unknown torch 'nightly' (valid: et19924, etdetach, local, pr202785, pr202925, pypi215, stock)"),
+    ("matrix.torch=[nightly]",
+     "unknown torch 'nightly' (valid: et19924, etdetach, local, pr202785, pr202925, pypi215, stock)"),
     ("matrix.exclude=[{policy: flux3, gpu: cpu}]", "exclude {'policy': 'flux3', 'gpu': 'cpu'} matches no cell"),
     ("matrix.exclude=[{chip: a100}]", "unknown matrix axis 'chip'"),
 ])

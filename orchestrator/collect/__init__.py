@@ -21,6 +21,7 @@ from ..config_cache import kept
 from . import changes as changes_md
 from .catalog import Catalog, load_catalog
 from .changes import SYMBOL_ORDER
+from .columns import BY
 from .records import REPRO_EXPORTER, load_records
 from .settings import DEFAULTS, Settings
 from .splice import splice_file
@@ -38,7 +39,7 @@ def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
     knobs = {**DEFAULTS, **(to_plain(cfg.get("collect")) or {})}
     settings = Settings(catalog=Catalog([]), out_dir=Path(cfg.out_dir), at_limit=float(knobs["at_limit"]),
                         slow_below=float(knobs["slow_below"]), margin_move=float(knobs["margin_move"]),
-                        read_threads=int(knobs["read_threads"]))
+                        read_threads=int(knobs["read_threads"]), table_by=_table_by(cfg))
     _add_axes(settings, *_axes(cfg))
     named = any(o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == "matrix" for o in overrides)
     if named:  # only a matrix the user names says which cells should exist ("—" when they have no record)
@@ -50,6 +51,13 @@ def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
     plain = {f.name: getattr(settings, f.name) for f in fields(Settings) if f.name != "catalog"}
     return {**plain, "out_dir": str(settings.out_dir), "config_dirs": [str(d) for d in composed.config_dirs],
             "selection": composed.selection, "options": {axis: composed.options[axis] for axis in ("gpu", "torch")}}
+
+
+def _table_by(cfg) -> str:
+    by = str((to_plain(cfg.get("table")) or {}).get("by", "gpu"))
+    if by not in BY:
+        raise ConfigError(f"table.by={by} is not one of: {', '.join(BY)}")
+    return by
 
 
 def _settings(plain: dict[str, Any]) -> Settings:
@@ -132,7 +140,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     previous = changes_md.read_previous(out_dir / "matrix.csv")  # before the new matrix.csv replaces it
     for name in OUTPUTS:
         _write_changed(out_dir / name, done.texts[name])
-    text = changes_md.render(changes_md.changes(previous, done.matrix, settings))
+    text = changes_md.render(changes_md.changes(previous, done.matrix, done.settings))
     _write_changed(out_dir / CHANGES, text)
     if spliced is not None and spliced[0] != spliced[1]:
         write_bytes_atomic(into, spliced[1])

@@ -19,6 +19,8 @@ class Settings:
     margin_move: float = DEFAULTS["margin_move"]
     read_threads: int = DEFAULTS["read_threads"]
     gpu_labels: dict[str, str] = field(default_factory=dict)    # name -> table header ("A100 80GB (sm_80)")
+    gpu_shorts: dict[str, str] = field(default_factory=dict)  # a split column (columns.py) -> how lines name it
+    table_by: str = "gpu"  # one column per GPU, or per GPU and build (columns.py)
     build_fixes: dict[str, list[str]] = field(default_factory=dict)  # torch build -> its fixes, from the config
     policies: list[str] = field(default_factory=list)  # table order; recorded ones not listed follow, sorted
     gpus: list[str] = field(default_factory=list)
@@ -29,6 +31,8 @@ class Settings:
         return self.gpu_labels.get(gpu) or gpu
 
     def gpu_short(self, gpu: str) -> str:
-        """The GPU's first word, as the seed writes it: "A100", "H100"."""
+        """The GPU's first word, as the seed writes it: "A100", "H100" (and a split column's build)."""
+        if gpu in self.gpu_shorts:
+            return self.gpu_shorts[gpu]
         label = self.gpu_labels.get(gpu)
         return label.split()[0] if label else gpu.upper()

@@ -13,6 +13,7 @@ import pandas as pd
 
 from . import render_html, render_md
 from .catalog import NEW, flag_column
+from .columns import by_build
 from .failure_summary import GpuNotes, columns, failure_rows, order, pair_hits, policy_line, policy_part
 from .render_md import Summary, build_versions, cell_text, gpu_versions, md_text, row_dicts
 from .rules import build_matrix, cells_table, classify_cells, repro_table, undecided_cells
@@ -26,6 +27,7 @@ class Tables:
     matrix: pd.DataFrame  # one row per policy x gpu (matrix.csv)
     texts: dict[str, str]  # file name -> its text
     records: int  # the cells collected, standalone repros included
+    settings: Settings  # with the matrix's columns (columns.py), for changes.md
 
 
 def csv_text(frame: pd.DataFrame) -> str:
@@ -36,17 +38,18 @@ def make_tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) 
     """cells.csv, matrix.csv, repros.csv, matrix.md and report.html from these cells (in id order)."""
     is_repro = cells["repro_row"].notna()
     classified = classify_cells(cells[~is_repro].reset_index(drop=True), history, settings)
-    matrix = build_matrix(classified, settings)
+    columned, column_settings = by_build(classified, settings)
+    matrix = build_matrix(columned, column_settings)
     repros = repro_table(cells[is_repro], settings)
-    summary = _summary(classified, matrix, repros, settings)
+    summary = _summary(columned, matrix, repros, column_settings)
     texts = {
         "cells.csv": csv_text(cells_table(classified, settings)),
         "matrix.csv": csv_text(matrix),
         "repros.csv": csv_text(repros),
-        "matrix.md": render_md.render(summary, settings),
-        "report.html": render_html.render(summary, settings),
+        "matrix.md": render_md.render(summary, column_settings),
+        "report.html": render_html.render(summary, column_settings),
     }
-    return Tables(matrix, texts, len(cells))
+    return Tables(matrix, texts, len(cells), column_settings)
 
 
 def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, settings: Settings) -> Summary:

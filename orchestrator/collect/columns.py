@@ -1,0 +1,77 @@
+"""Which matrix column a cell lands in: one per GPU, or one per GPU and build where builds go side by side.
+
+A GPU's builds fold into one column when at most one of them is stock: a patched build only says whether a fix
+turns that GPU's ❌ into 🟡. Two stock builds of one GPU (a torch bump: torch 2.11 + ET 1.2 beside torch 2.15 +
+ET 1.5.1) are two answers to the same question, so each gets its own column, labelled by the versions its records
+carry; `collect table.by=build` splits every GPU so. A split column's key is `<gpu>@<build>`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import replace
+
+import pandas as pd
+
+from .settings import Settings
+
+BY = ("gpu", "build")
+SEPARATOR = "@"
+
+
+def split_gpus(cells: pd.DataFrame, by: str) -> list[str]:
+    """The GPUs whose builds go side by side, in the cells' order."""
+    if by not in BY:
+        raise ValueError(f"table.by={by!r} is not one of: {', '.join(BY)}")
+    if not len(cells):
+        return []
+    if by == "build":
+        return list(dict.fromkeys(cells["gpu"]))
+    stock = cells[cells["stock"]].groupby("gpu", sort=False)["torch"].nunique()
+    return [gpu for gpu, builds in stock.items() if builds > 1]
+
+
+def by_build(cells: pd.DataFrame, settings: Settings) -> tuple[pd.DataFrame, Settings]:
+    """The cells with `gpu` set to their column's key, and the settings that label and order those columns."""
+    split = split_gpus(cells, settings.table_by)
+    if not split:
+        return cells, settings
+    moved = cells["gpu"].isin(split)
+    builds = {gpu: _ordered(cells.loc[moved & (cells["gpu"] == gpu), "torch"], settings.builds) for gpu in split}
+    texts = {gpu: _build_texts(cells[cells["gpu"] == gpu], builds[gpu]) for gpu in split}
+    cells = cells.assign(gpu=cells["gpu"].where(~moved, cells["gpu"] + SEPARATOR + cells["torch"]))
+    labels, shorts, gpus = dict(settings.gpu_labels), dict(settings.gpu_shorts), []
+    for gpu in dict.fromkeys([*settings.gpus, *split]):
+        if gpu not in builds:
+            gpus.append(gpu)
+            continue
+        for build in builds[gpu]:
+            key = f"{gpu}{SEPARATOR}{build}"
+            labels[key] = f"{settings.gpu_label(gpu)} · {texts[gpu][build]}"
+            shorts[key] = f"{settings.gpu_short(gpu)} {build} ({texts[gpu][build]})"
+            gpus.append(key)
+    expected: list[tuple[str, str]] = []
+    for policy, gpu in settings.expected:
+        expected += [(policy, f"{gpu}{SEPARATOR}{b}") for b in builds[gpu]] if gpu in builds else [(policy, gpu)]
+    return cells, replace(settings, gpu_labels=labels, gpu_shorts=shorts, gpus=gpus, expected=expected)
+
+
+def _ordered(builds: pd.Series, order: list[str]) -> list[str]:
+    seen = set(builds)
+    return [b for b in order if b in seen] + sorted(seen - set(order))
+
+
+def _build_texts(cells: pd.DataFrame, builds: list[str]) -> dict[str, str]:
+    """`torch 2.15.0 · ET 1.5.1` (plus its fixes) per build, from the versions most of its records carry; a
+    build whose text another build of this GPU shares also shows its name, so no two columns read the same."""
+    texts = {}
+    for build in builds:
+        own = cells[cells["torch"] == build]
+        versions = Counter(v for v in own["versions"] if isinstance(v, str) and v)
+        data = json.loads(versions.most_common(1)[0][0]) if versions else {}
+        parts = [f"{name} {data[key]}" for key, name in (("torch", "torch"), ("executorch", "ET")) if data.get(key)]
+        fixes = " ".join(str(f) for f in own["fixes"].iloc[:1] if isinstance(f, str) and f.strip())
+        texts[build] = " · ".join([*parts, *([f"with {fixes}"] if fixes else [])]) or build
+    counts = Counter(texts.values())
+    return {build: text if counts[text] == 1 else f"{text} ({build})" for build, text in texts.items()}
