@@ -16,28 +16,7 @@ from typing import Any, BinaryIO
 
 
 def write_bytes_atomic(path: Path, data: str | bytes) -> None:
-    write_pieces_atomic(path, [data.encode() if isinstance(data, str) else data])
-
-
-def write_pieces_atomic(path: Path, pieces: list[bytes | memoryview]) -> None:
-    """The pieces written one after another, without joining them first: cells.csv at 100,000 records is 45 MB of
-    5,000 pieces, most of them views of the file it replaces, and a join copied them all once more (0.05 s)."""
-    def fill(handle: BinaryIO) -> None:
-        handle.flush()
-        _write_all(handle.fileno(), pieces)
-
-    write_atomic(path, fill)
-
-
-def _write_all(fd: int, pieces: list[bytes | memoryview]) -> None:
-    batch = max(os.sysconf("SC_IOV_MAX"), 1) if hasattr(os, "sysconf") else 1024
-    for start in range(0, len(pieces), batch):
-        some = pieces[start:start + batch]
-        written = os.writev(fd, some)
-        if written < sum(map(len, some)):  # a short write (a full disk raises): the rest one call at a time
-            rest = memoryview(b"".join(some))[written:]
-            while rest:
-                rest = rest[os.write(fd, rest):]
+    write_atomic(path, lambda handle: handle.write(data.encode() if isinstance(data, str) else data))
 
 
 def write_atomic(path: Path, fill: Callable[[BinaryIO], object]) -> None:

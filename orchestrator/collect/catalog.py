@@ -1,6 +1,6 @@
 """The failure catalog (conf/failures.yaml, plus a --config-dir's): which known failure each cell hit.
 
-Matching is done once per distinct error text (a sweep of 100,000 cells has a handful of distinct errors), and
+Matching is done once per distinct error text (a sweep has thousands of cells but a handful of errors), and
 the result is a boolean column per catalog id, so the matrix can `groupby(...).any()` them.
 """
 

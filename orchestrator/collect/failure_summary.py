@@ -2,9 +2,8 @@
 
 A policy's part (the failure ids it hits, each with the GPUs it hit them on when not all, and its clause of the
 line) depends on that policy's matrix rows and cells only, and through their hits (`pair_hits`: per policy x
-gpu, the failure ids and the builds each was seen on) and the set of its builds. Each policy's slice keeps its
-part and its GPUs' hits (slices.py), so a collect after a rerun computes again the hits of the GPUs whose records
-changed and the part from them; `failure_rows` and `policy_line` only assemble the parts.
+gpu, the failure ids and the builds each was seen on) and the set of its builds; `failure_rows` and
+`policy_line` only assemble the parts.
 """
 
 from __future__ import annotations
