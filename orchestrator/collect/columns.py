@@ -49,7 +49,7 @@ def by_build(cells: pd.DataFrame, settings: Settings) -> tuple[pd.DataFrame, Set
         for build in builds[gpu]:
             key = f"{gpu}{SEPARATOR}{build}"
             labels[key] = f"{settings.gpu_label(gpu)} · {texts[gpu][build]}"
-            shorts[key] = f"{settings.gpu_short(gpu)} {build} ({texts[gpu][build]})"
+            shorts[key] = f"{settings.gpu_short(gpu)}/{build}"
             gpus.append(key)
     expected: list[tuple[str, str]] = []
     for policy, gpu in settings.expected:

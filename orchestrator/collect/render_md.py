@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -89,7 +89,7 @@ def cell_text(row: dict) -> str:
             pieces.append(numbers)
         else:
             pieces[0] = f"{head} {numbers}"
-    if isinstance(row.get("check"), str) and row["check"]:
+    if isinstance(row.get("check"), str) and row["check"] and row["check"] != "none":
         pieces.append(f"checked by {row['check']}")  # the embedded CUDA exporter's: executorch or aoti
     if row["slow"]:
         pieces.append(f"slow {row['speedup']:.2f}×")
@@ -136,7 +136,7 @@ def build_versions(counts: list[tuple[str, str, int]], fixes: dict[str, str],
                    settings: Settings) -> list[tuple[str, str, list[tuple[str, int]]]]:
     """Each torch build, its fixes, and the distinct versions its records carry (with how many cells), from
     (build, versions, cells) first seen first and each build's fixes."""
-    out: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    out: dict[str, Counter[str]] = defaultdict(Counter)  # versions that differ only in gpu_* fields read the same
     for build, versions, count in counts:
         data = json.loads(versions) if versions else {}
         shown = [f"{k} {data[k]}" for k in ("torch", "executorch", "lerobot", "transformers", "python")
@@ -144,11 +144,11 @@ def build_versions(counts: list[tuple[str, str, int]], fixes: dict[str, str],
         shown += [f"{k} {v}" for k, v in sorted(data.items())
                   if k not in {"torch", "executorch", "lerobot", "transformers", "python"}
                   and not k.startswith("gpu_") and v]
-        out[build].append((", ".join(shown) or "no versions recorded", int(count)))
+        out[build][", ".join(shown) or "no versions recorded"] += int(count)
     result = []
     for build in sorted(out, key=order(settings.builds)):
         fix_text = ", ".join(fixes[build].split())
-        counted = sorted(out[build], key=lambda v: -v[1])
+        counted = sorted(out[build].items(), key=lambda v: -v[1])
         result.append((build, f"with {fix_text}" if fix_text else "stock torch", counted))
     return result
 

@@ -1,7 +1,8 @@
 """The ✅/🟡/❌/⏸ rules: each cell's outcome, failures and marks, then one row per policy x gpu.
 
 A cell's outcome is a **verdict** when the export itself decided it (passed, failed, oom), or **undecided** when
-nothing judged the export (an error in setup, env or launcher; cancelled, killed, SIGINT/SIGTERM; a timeout).
+nothing judged the export (an error in setup, env or launcher; cancelled, killed, SIGINT/SIGTERM; a timeout; an
+export that compiled but that no runtime could run, `check: none`).
 A process that crashed (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) is a verdict; one killed from outside (SIGKILL,
 SIGTERM, SIGINT) is not. A catalog entry with `decides: true` makes a matching timeout, kill or error a verdict.
 
@@ -99,7 +100,9 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     deciding = [e.column for e in catalog.entries if e.decides]
     promoted = flags[deciding].any(axis=1) if deciding else pd.Series(False, index=df.index)
     crashed = (df["status"] == Status.KILLED) & df["error"].fillna("").astype(str).str.contains(CRASH_SIGNALS)
-    undecided = ended & df["status"].isin(UNDECIDED_STATUSES) & ~crashed & ~promoted
+    # An export that compiled but that no runtime could run (`check: none`) was judged by nobody.
+    unchecked = (df["status"] == Status.FAILED) & (df["failed_step"] == "check") & (df["check"] == "none")
+    undecided = ended & (df["status"].isin(UNDECIDED_STATUSES) | unchecked) & ~crashed & ~promoted
     flags.loc[undecided] = False  # an undecided cell hits no failure
     df["failing"] = ended & ~undecided
     df["outcome"] = np.select([df["failing"] | df["passed"], undecided], ["verdict", "undecided"], "")
@@ -135,6 +138,8 @@ def _reasons(df: pd.DataFrame) -> list[str]:
         elif status == Status.CANCELLED:
             signal = re.search(r"\bSIG(?:INT|TERM)\b", text)
             reasons.append(f"cancelled ({signal.group(0)})" if signal else "cancelled")
+        elif status == Status.FAILED:
+            reasons.append("not checked")
         elif step == "env":
             reasons.append("env build failed")
         else:

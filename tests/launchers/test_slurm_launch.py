@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT, act_checkpoints, record
+from ..conftest import ROOT, act_checkpoints, record
 
 SCRIPT = ROOT / "scripts" / "slurm-local"
 SEEDED = ["act", "wall_x", "dm05", "lawam", "flux3", "lingbot_vla_v2"]

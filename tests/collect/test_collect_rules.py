@@ -23,7 +23,7 @@ from orchestrator.config import PACKAGE_CONF
 from orchestrator.record import Record, read_record, write_record
 from orchestrator.spec import cell_dir
 
-from .conftest import ROOT, write
+from ..conftest import ROOT, write
 
 ROW7 = "SerializeError: Unsupported getattr attribute function_const_func_spec0 with type TreeSpec"
 SEED_MESSAGES = {
@@ -117,6 +117,16 @@ def test_an_outcome_that_decides_nothing_is_undecided(tmp_path: Path, status: st
     assert "New failures" not in text and "❌" not in text.split("\n\n")[0]
     assert f"- pi05/h100/stock: {reason}" in text
     assert "Retry them: `export-matrix rerun pi05/h100/pr202785 pi05/h100/stock`" in text
+
+
+def test_an_export_no_runtime_could_run_is_undecided_a_checked_mismatch_is_not(tmp_path: Path) -> None:
+    unchecked = "RuntimeError: The exported program could not be checked: this ExecuTorch runtime has no CudaBackend"
+    put(tmp_path, "act/h100/stock", "failed", failed_step="check", check="none", error=unchecked)
+    put(tmp_path, "act/a100/stock", "failed", failed_step="check", check="aoti", error=SEED_MESSAGES["5"])
+    assert collect(tmp_path) == 0
+    table = rows(tmp_path)
+    assert (table[("act", "h100")]["symbol"], table[("act", "h100")]["reason"]) == ("⏸", "not checked")
+    assert table[("act", "a100")]["symbol"] == "❌"
 
 
 def test_a_verdict_build_decides_over_an_undecided_one(tmp_path: Path) -> None:
@@ -557,7 +567,7 @@ def test_two_stock_builds_of_a_gpu_go_side_by_side_labelled_by_their_versions(
     capsys.readouterr()
     passed(tmp_path, "act/h100/pypi215", versions=V215)
     assert two_stock(tmp_path) == 0
-    assert "- act on H100 pypi215 (torch 2.15.0 · ET 1.5.1): ❌ → ✅" in capsys.readouterr().out.splitlines()
+    assert "- act on H100/pypi215: ❌ → ✅" in capsys.readouterr().out.splitlines()
 
 
 def test_table_by_build_splits_every_gpu_and_never_repeats_a_label(tmp_path: Path,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import act_checkpoints, cli
+from ..conftest import act_checkpoints, cli
 
 # The seed's line (executorch#24684 repro pack), verbatim.
 SEED_POLICY_LINE = ("Policy to failure: act, diffusion, fineart_vla, pi0_fast: 1 (slow, not failing). flux3 (A100): 3. "

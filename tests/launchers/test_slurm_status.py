@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, record
+from ..conftest import ROOT, record
 
 SCRIPT = ROOT / "scripts" / "slurm-local"
 BUILDS = ("stock", "pr202785", "pr202925")

@@ -1,7 +1,7 @@
 """End-to-end checks of scripts/slurm-local: a real Slurm cluster on localhost.
 
 Needs root (it starts munged, MariaDB, slurmdbd, slurmctld and two slurmd).
-Run: .venv/bin/python -m pytest tests/test_slurm_local.py
+Run: .venv/bin/python -m pytest tests/launchers/test_slurm_local.py
 """
 
 from __future__ import annotations
