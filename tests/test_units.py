@@ -129,26 +129,22 @@ def test_a_record_with_nan_reads_back(tmp_path: Path) -> None:
     assert read_record(cell).status == Status.UNREADABLE
 
 
-@pytest.mark.parametrize("short", [False, True])
-def test_pieces_are_written_whole_and_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short: bool) -> None:
-    """write_pieces_atomic writes more pieces than one writev takes, bytes and views alike, and the rest of a
-    write the system cut short; the file it replaces keeps its permissions."""
-    import os
+def test_an_atomic_write_keeps_permissions_and_a_failed_one_keeps_the_old_file(tmp_path: Path) -> None:
+    from orchestrator.atomic import write_atomic, write_bytes_atomic
 
-    from orchestrator.atomic import write_pieces_atomic
-
-    data = os.urandom(20_000)
-    view = memoryview(data)
-    pieces = [view[i:i + 7] if i % 2 else bytes(view[i:i + 7]) for i in range(0, len(data), 7)] + [b"", b"end"]
-    if short:  # each call writes at most 100 bytes, as a system may
-        writev = os.writev
-        monkeypatch.setattr(os, "writev", lambda fd, buffers: writev(fd, [b"".join(buffers)[:100]]))
     target = tmp_path / "out.csv"
     target.write_bytes(b"old")
     target.chmod(0o600)
-    write_pieces_atomic(target, pieces)
-    assert target.read_bytes() == data + b"end"
-    assert target.stat().st_mode & 0o777 == 0o600 and [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+    write_bytes_atomic(target, "new")
+    assert target.read_bytes() == b"new" and target.stat().st_mode & 0o777 == 0o600
+
+    def broken(handle) -> None:
+        handle.write(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(target, broken)
+    assert target.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["out.csv"]
 
 
 def test_an_interpreters_fingerprint_does_not_depend_on_the_working_directory(tmp_path: Path,
