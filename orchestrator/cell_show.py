@@ -16,7 +16,7 @@ from .checkpoints import checkpoint_key, make_random_command
 from .config import ConfigError
 from .envs import PROBE
 from .job import BUNDLE_DIR, export_command, job_env
-from .selection import current_specs
+from .specs_now import current_specs
 
 
 def describe_cell(cell_id: str, overrides: list[str], config_dir: Path | None) -> dict[str, Any]:

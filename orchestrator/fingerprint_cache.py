@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from . import specs_now
 from .atomic import write_json_atomic
 from .config import PACKAGE_CONF, split_selection
 from .jsonio import loads
@@ -129,11 +130,9 @@ def read_cache(out_dir: Path) -> dict[str, Any]:
 def current_keys(out_dir: Path, cell_ids: list[str], overrides: list[str],
                  config_dir: Path | None) -> dict[str, str]:
     """Each cell's fingerprint key as the config gives it now (cells the config does not have are left out)."""
-    from .selection import current_specs
-
     files = ConfigFiles(config_dir)
     if files.interpolates:
-        return {c: s.fingerprint["key"] for c, s in current_specs(cell_ids, overrides, config_dir).items()}
+        return {c: s.fingerprint["key"] for c, s in specs_now.current_specs(cell_ids, overrides, config_dir).items()}
     cache = read_cache(out_dir)
     parts = {c: files.cell_part(c, _relevant(overrides)) for c in cell_ids}
     keys: dict[str, str] = {}
@@ -149,7 +148,7 @@ def current_keys(out_dir: Path, cell_ids: list[str], overrides: list[str],
     missed = [c for c in missed if files.knows(c)]  # a cell of names the config lacks has no key to compare
     if not missed:
         return keys
-    specs = current_specs(missed, overrides, config_dir)
+    specs = specs_now.current_specs(missed, overrides, config_dir)
     keys.update({cell_id: spec.fingerprint["key"] for cell_id, spec in specs.items()})
     _store(out_dir, cache, {c: parts[c] for c in specs}, specs)
     return keys

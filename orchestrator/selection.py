@@ -7,9 +7,11 @@ import os
 from pathlib import Path
 
 from . import owner
-from .config import ConfigError, compose_config, selected, split_selection
+from .config import ConfigError, selected, split_selection
+from .fingerprint_cache import current_keys
 from .record import UNFINISHED, Record, Status, record_paths
 from .spec import CellSpec
+from .specs_now import current_specs
 
 
 def recorded(out_dir: Path) -> dict[str, Record]:
@@ -22,32 +24,6 @@ def recorded(out_dir: Path) -> dict[str, Record]:
         if record is not None:
             found["/".join(cell_dir.rsplit(os.sep, 3)[1:])] = record
     return found
-
-
-def covering(cell_ids: list[str]) -> list[str]:
-    """Overrides for a matrix that holds every one of these cells (and is filtered to them afterwards)."""
-    axes: list[list[str]] = [[], [], []]
-    for cell_id in cell_ids:
-        for axis, name in zip(axes, cell_id.split("/"), strict=True):
-            if name not in axis:
-                axis.append(name)
-    policies, gpus, builds = (",".join(a) for a in axes)
-    return [f"matrix.policies=[{policies}]", f"matrix.gpus=[{gpus}]", f"matrix.torch=[{builds}]",
-            "matrix.include=[]", "matrix.exclude=[]"]
-
-
-def current_specs(cell_ids: list[str], overrides: list[str], config_dir: Path | None) -> dict[str, CellSpec]:
-    """The specs the current config gives these cells, fingerprinted."""
-    from .cells import resolve
-
-    if not cell_ids:
-        return {}
-    for cell_id in cell_ids:
-        if cell_id.count("/") != 2 or not all(cell_id.split("/")):
-            raise ConfigError(f"bad cell id {cell_id!r} (expected policy/gpu/torch)")
-    composed = compose_config([*overrides, *covering(cell_ids)], config_dir)
-    wanted = set(cell_ids)
-    return {s.id: s for s in resolve(composed, with_fingerprints=True) if s.id in wanted}
 
 
 def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overrides: list[str],
@@ -66,8 +42,6 @@ def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overri
     if failed:
         chosen += [c for c, r in records.items() if r.status not in (Status.PASSED, *UNFINISHED) and c not in chosen]
     if stale:
-        from .fingerprint_cache import current_keys
-
         keys = current_keys(out_dir, sorted(records), overrides, config_dir)
         chosen += [c for c, r in records.items() if c not in chosen and c in keys and is_stale(r, keys[c])]
     specs = current_specs(chosen, overrides, config_dir)

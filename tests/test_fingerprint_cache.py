@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import fingerprint_cache, selection
+from orchestrator import fingerprint_cache, specs_now
 from orchestrator.record import Record, write_record
 
 from .conftest import ROOT, write
@@ -35,7 +35,7 @@ def setup(tmp_path: Path, standin_conf: Path) -> tuple[Path, Path, Path]:
 
 
 def full_keys(conf: Path) -> dict[str, str]:
-    return {c: s.fingerprint["key"] for c, s in selection.current_specs(CELLS, [], conf).items()}
+    return {c: s.fingerprint["key"] for c, s in specs_now.current_specs(CELLS, [], conf).items()}
 
 
 def test_cached_keys_equal_the_full_composition_and_follow_every_edit(setup, monkeypatch) -> None:
@@ -47,13 +47,13 @@ def test_cached_keys_equal_the_full_composition_and_follow_every_edit(setup, mon
                                                   status="passed", fingerprint={"key": key}))
     assert fingerprint_cache.current_keys(out, CELLS, [], conf) == first  # a cold cache composes them
     composed: list[list[str]] = []
-    real = selection.current_specs
+    real = specs_now.current_specs
 
     def spy(cell_ids, overrides, config_dir):
         composed.append(sorted(cell_ids))
         return real(cell_ids, overrides, config_dir)
 
-    monkeypatch.setattr(selection, "current_specs", spy)
+    monkeypatch.setattr(specs_now, "current_specs", spy)
     assert fingerprint_cache.current_keys(out, CELLS, ["launcher.parallel=3"], conf) == first
     assert composed == [], "nothing changed, yet cells were composed again"
 
@@ -110,7 +110,7 @@ def test_status_marks_the_edited_cells_stale(setup) -> None:
 
 def test_a_sweep_leaves_the_keys_its_status_needs(setup, monkeypatch, tmp_path: Path) -> None:
     conf, _, _ = setup
-    real = selection.current_specs
+    real = specs_now.current_specs
     specs = list(real(CELLS, [], conf).values())
     out = tmp_path / "swept"
     fingerprint_cache.remember(out, specs, ["matrix=tracking", "policy=act,diffusion", "launcher=slurm"], conf)
@@ -118,12 +118,12 @@ def test_a_sweep_leaves_the_keys_its_status_needs(setup, monkeypatch, tmp_path: 
     def no_compose(*args):
         raise AssertionError(f"composed {args[0]}")
 
-    monkeypatch.setattr(selection, "current_specs", no_compose)
+    monkeypatch.setattr(specs_now, "current_specs", no_compose)
     assert fingerprint_cache.current_keys(out, CELLS, [], conf) == {s.id: s.fingerprint["key"] for s in specs}
-    monkeypatch.setattr(selection, "current_specs", real)  # another override set (wait, say) adds its own keys
+    monkeypatch.setattr(specs_now, "current_specs", real)  # another override set (wait, say) adds its own keys
     other = fingerprint_cache.current_keys(out, CELLS, ["gpus.h100.slurm.mem_gb=3"], conf)
     assert other != {s.id: s.fingerprint["key"] for s in specs}
-    monkeypatch.setattr(selection, "current_specs", no_compose)  # ... and evicts none of the sweep's
+    monkeypatch.setattr(specs_now, "current_specs", no_compose)  # ... and evicts none of the sweep's
     assert fingerprint_cache.current_keys(out, CELLS, [], conf) == {s.id: s.fingerprint["key"] for s in specs}
 
 
@@ -131,7 +131,7 @@ def test_a_distribution_installed_after_a_sweep_composed_is_never_a_stale_hit(se
     """A sweep composes its keys, launches, then keeps the keys: an install in between must not leave the old key
     under the new site stamp, where every later status would take it for current."""
     conf, _, venv = setup
-    specs = list(selection.current_specs(CELLS, [], conf).values())
+    specs = list(specs_now.current_specs(CELLS, [], conf).values())
     composed = {s.id: s.fingerprint["key"] for s in specs}
     site = next(venv.glob("lib/python*/site-packages"))
     write(site / "late-1.0.dist-info" / "METADATA", "Metadata-Version: 2.1\nName: late\nVersion: 1.0\n")

@@ -13,7 +13,7 @@ from orchestrator.launchers.slurm.manifest import Entry
 from orchestrator.launchers.slurm.sacct import JobState, lookup, parse_sacct
 from orchestrator.launchers.slurm.settle import settle, settled
 from orchestrator.record import Record, Status
-from orchestrator.selection import covering
+from orchestrator.specs_now import covering
 
 LINE = "{id}|{state}|{exit}|00:01:02|01:05:00|node-h100|2026-12-03T10:00:00"
 

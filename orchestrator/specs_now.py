@@ -1,0 +1,34 @@
+"""The specs the current config gives cells already named by id: what a rerun runs and what stale marks compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import ConfigError, compose_config
+from .spec import CellSpec
+
+
+def covering(cell_ids: list[str]) -> list[str]:
+    """Overrides for a matrix that holds every one of these cells (and is filtered to them afterwards)."""
+    axes: list[list[str]] = [[], [], []]
+    for cell_id in cell_ids:
+        for axis, name in zip(axes, cell_id.split("/"), strict=True):
+            if name not in axis:
+                axis.append(name)
+    policies, gpus, builds = (",".join(a) for a in axes)
+    return [f"matrix.policies=[{policies}]", f"matrix.gpus=[{gpus}]", f"matrix.torch=[{builds}]",
+            "matrix.include=[]", "matrix.exclude=[]"]
+
+
+def current_specs(cell_ids: list[str], overrides: list[str], config_dir: Path | None) -> dict[str, CellSpec]:
+    """The specs the current config gives these cells, fingerprinted."""
+    from .cells import resolve
+
+    if not cell_ids:
+        return {}
+    for cell_id in cell_ids:
+        if cell_id.count("/") != 2 or not all(cell_id.split("/")):
+            raise ConfigError(f"bad cell id {cell_id!r} (expected policy/gpu/torch)")
+    composed = compose_config([*overrides, *covering(cell_ids)], config_dir)
+    wanted = set(cell_ids)
+    return {s.id: s for s in resolve(composed, with_fingerprints=True) if s.id in wanted}
