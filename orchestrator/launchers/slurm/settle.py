@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import NamedTuple
 
 from ...job import current_step, now
 from ...logparse import tail
@@ -47,50 +48,46 @@ def settled(record: Record | None, entry: Entry, job: JobState) -> bool:
     return record.job_id == entry.job_id and (record.logs or {}).get("job_stdout") == entry.stdout
 
 
-def settle(record: Record, entry: Entry, job: JobState) -> Record:
-    """The record a cell keeps once its Slurm job has ended in `job.state` (a copy; the caller writes it).
+class Ending(NamedTuple):
+    """What a cell's record becomes when its job ended in one Slurm state without writing its own."""
 
-    COMPLETED: the job's own record (an unfinished one is an `error`); FAILED: the job's own record if it wrote
-    one, else `failed`; TIMEOUT: `timeout`; OUT_OF_MEMORY: `oom`; CANCELLED: `cancelled`; NODE_FAIL, PREEMPTED,
-    BOOT_FAIL, DEADLINE (a job Slurm did not requeue, or no more): `failed`.
-    """
+    status: Status
+    error: str  # a template: {slurm}, {exit}, {step_exit}, {limit}, {mem}, {job}, {grace}, {before}
+    keeps: str  # "own": a finished record is the job's own, kept; "other": kept if another job wrote it; "none"
+    names_step: bool  # the record says in which step the job was when Slurm ended it
+
+
+ENDINGS = {
+    "COMPLETED": Ending(Status.ERROR, "the job ended without finishing its record ({slurm})", "own", False),
+    "FAILED": Ending(Status.FAILED, "the job process ended without a record ({slurm}, {step_exit})", "own", True),
+    "TIMEOUT": Ending(Status.TIMEOUT, "the job ran past its Slurm time limit of {limit} ({slurm})", "none", True),
+    "OUT_OF_MEMORY": Ending(Status.OOM, "the job ran out of its {mem} GB of memory ({slurm})", "none", True),
+    # finished by another job: the make_random preparation failed and cancelled this one
+    "CANCELLED": Ending(Status.CANCELLED, "the job was cancelled{before} ({slurm})", "other", False),
+    "UNKNOWN": Ending(Status.ERROR, "Slurm's accounting has no job {job}, {grace} minutes after its submission",
+                      "own", False),
+}
+# NODE_FAIL, PREEMPTED, BOOT_FAIL, DEADLINE, ...: Slurm ended the job and did not requeue it (again)
+OTHER_ENDING = Ending(Status.FAILED, "Slurm ended the job and did not run it again ({slurm}, {exit})", "none", True)
+
+
+def settle(record: Record, entry: Entry, job: JobState) -> Record:
+    """The record a cell keeps once its Slurm job has ended in `job.state` (a copy; the caller writes it): the
+    row of ENDINGS for that state."""
     new = Record.from_dict(record.to_dict())
     unfinished = new.status in UNFINISHED
-    state, slurm = job.state, f"Slurm {job.state}{' ' + job.detail if job.detail else ''}"
+    ending = ENDINGS.get(job.state, OTHER_ENDING)
+    if not unfinished and (ending.keeps == "own"
+                           or ending.keeps == "other" and record.job_id and record.job_id != entry.job_id):
+        return new
     directory = cell_dir(entry.out_dir, record.cell)
-    if state == "COMPLETED":
-        if not unfinished:
-            return new
-        new.status, new.error = Status.ERROR, f"the job ended without finishing its record ({slurm})"
-    elif state == "FAILED":
-        if not unfinished:
-            return new
-        new.status = Status.FAILED
-        new.error = f"the job process ended without a record ({slurm}, {_exit_text(job.step_exit or job.exit_code)})"
-        new.failed_step = new.failed_step or _step_from_files(directory)
-    elif state == "TIMEOUT":
-        new.status = Status.TIMEOUT
-        new.error = f"the job ran past its Slurm time limit of {job.timelimit or entry.time_min} ({slurm})"
-        new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
-    elif state == "OUT_OF_MEMORY":
-        new.status = Status.OOM
-        new.error = f"the job ran out of its {entry.signature.get('mem_gb')} GB of memory ({slurm})"
-        new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
-    elif state == "CANCELLED":
-        if not unfinished and record.job_id and record.job_id != entry.job_id:
-            return new  # finished by another job: the make_random preparation failed and cancelled this one
-        started = record.status != "pending" and record.started_at
-        new.status = Status.CANCELLED
-        new.error = f"the job was cancelled{'' if started else ' before it started'} ({slurm})"
-    elif state == "UNKNOWN":
-        if not unfinished:
-            return new
-        new.status = Status.ERROR
-        new.error = (f"Slurm's accounting has no job {entry.job_id}, {UNKNOWN_GRACE_S // 60} minutes after "
-                     "its submission")
-    else:  # NODE_FAIL, PREEMPTED, BOOT_FAIL, DEADLINE, ...: Slurm ended it and did not requeue it (again)
-        new.status = Status.FAILED
-        new.error = f"Slurm ended the job and did not run it again ({slurm}, {_exit_text(job.exit_code)})"
+    new.status = ending.status
+    new.error = ending.error.format(
+        slurm=f"Slurm {job.state}{' ' + job.detail if job.detail else ''}", exit=_exit_text(job.exit_code),
+        step_exit=_exit_text(job.step_exit or job.exit_code), limit=job.timelimit or entry.time_min,
+        mem=entry.signature.get("mem_gb"), job=entry.job_id, grace=UNKNOWN_GRACE_S // 60,
+        before="" if record.status != "pending" and record.started_at else " before it started")
+    if ending.names_step:
         new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
     new.job_id = entry.job_id
     new.ended_at = new.ended_at or now()
