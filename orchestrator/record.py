@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import write_json_atomic
+from .cell_id import CellId
 from .jsonio import loads
 
 RECORD_NAME = "record.json"
@@ -176,9 +177,9 @@ def dirs(path: str) -> list[str]:
 
 
 def unreadable(path: Path | str, exc: Exception) -> Record:
-    policy, gpu, torch = Path(path).parent.parts[-3:]
+    cell = CellId.of_dir(Path(path).parent)
     reason = " ".join(str(exc).split()) or type(exc).__name__
-    return Record(cell=f"{policy}/{gpu}/{torch}", policy=policy, gpu=gpu, torch=torch, exporter="", status=UNREADABLE,
+    return Record(cell=str(cell), policy=cell.policy, gpu=cell.gpu, torch=cell.torch, exporter="", status=UNREADABLE,
                   error=f"unreadable {path}: {reason}")
 
 

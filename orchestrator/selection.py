@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from . import owner
+from .cell_id import CellId
 from .config import ConfigError, selected, split_selection
 from .fingerprint_cache import current_keys
 from .record import UNFINISHED, Record, Status, record_paths
@@ -22,7 +23,7 @@ def recorded(out_dir: Path) -> dict[str, Record]:
         cell_dir = os.path.dirname(path)
         record = owner.current_record(cell_dir)
         if record is not None:
-            found["/".join(cell_dir.rsplit(os.sep, 3)[1:])] = record
+            found[str(CellId.of_dir(cell_dir))] = record
     return found
 
 

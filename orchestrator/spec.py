@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .cell_id import CellId
 from .envs import EnvRecipe
 from .record import Record
 
@@ -40,7 +41,7 @@ class CellSpec:
 
     @property
     def id(self) -> str:
-        return f"{self.policy}/{self.gpu}/{self.torch}"
+        return str(CellId(self.policy, self.gpu, self.torch))
 
     @property
     def cell_dir(self) -> Path:
@@ -53,4 +54,4 @@ class CellSpec:
 
 
 def cell_dir(out_dir: Path | str, cell_id: str) -> Path:
-    return Path(out_dir) / "cells" / Path(*cell_id.split("/"))
+    return CellId.parse(cell_id).dir(out_dir)

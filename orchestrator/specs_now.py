@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .cell_id import CellId
 from .config import ConfigError, compose_config
 from .spec import CellSpec
 
@@ -12,7 +13,7 @@ def covering(cell_ids: list[str]) -> list[str]:
     """Overrides for a matrix that holds every one of these cells (and is filtered to them afterwards)."""
     axes: list[list[str]] = [[], [], []]
     for cell_id in cell_ids:
-        for axis, name in zip(axes, cell_id.split("/"), strict=True):
+        for axis, name in zip(axes, CellId.parse(cell_id), strict=True):
             if name not in axis:
                 axis.append(name)
     policies, gpus, builds = (",".join(a) for a in axes)
@@ -27,8 +28,10 @@ def current_specs(cell_ids: list[str], overrides: list[str], config_dir: Path | 
     if not cell_ids:
         return {}
     for cell_id in cell_ids:
-        if cell_id.count("/") != 2 or not all(cell_id.split("/")):
-            raise ConfigError(f"bad cell id {cell_id!r} (expected policy/gpu/torch)")
+        try:
+            CellId.parse(cell_id)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     composed = compose_config([*overrides, *covering(cell_ids)], config_dir)
     wanted = set(cell_ids)
     return {s.id: s for s in resolve(composed, with_fingerprints=True) if s.id in wanted}

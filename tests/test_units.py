@@ -187,3 +187,15 @@ def test_the_launcher_config_picks_the_launcher(launcher: dict, kind: str | None
     with pytest.raises(ConfigError) as caught:
         launcher_for(OmegaConf.create(launcher))
     assert error_part in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_cell_id_parses_formats_and_maps_to_its_directory(tmp_path: Path) -> None:
+    from orchestrator.cell_id import CellId
+
+    cell = CellId.parse("act/h100/pr202785")
+    assert (cell.policy, cell.gpu, cell.torch, str(cell)) == ("act", "h100", "pr202785", "act/h100/pr202785")
+    assert cell.dir(tmp_path) == tmp_path / "cells" / "act" / "h100" / "pr202785"
+    assert CellId.of_dir(cell.dir(tmp_path)) == cell
+    for bad in ("act/h100", "act//stock", "a/b/c/d"):
+        with pytest.raises(ValueError, match=f"bad cell id '{bad}' \\(expected policy/gpu/torch\\)"):
+            CellId.parse(bad)

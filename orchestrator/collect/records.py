@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..cell_id import CELLS_DIR, CellId
 from ..jsonio import loads
 from ..record import ATTEMPTS_DIR, RECORD_NAME, UNFINISHED, UNREADABLE, Status, dirs, record_paths
 
@@ -68,7 +69,8 @@ def _versions(versions: Any) -> str:
 
 
 def _row(path: str, data: dict[str, Any]) -> tuple:
-    _, policy, gpu, torch, _ = path.rsplit(os.sep, 4)
+    cell = CellId.of_dir(os.path.dirname(path))
+    policy, gpu, torch = cell
     get = data.get
     logs = get("logs")
     log = _log(logs, get("failed_step"))
@@ -79,11 +81,11 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
     reproduced = repro.get("reproduced")
     status = get("status") or "error"
     return (
-        f"{policy}/{gpu}/{torch}", policy, gpu, torch, _text(get("exporter")), status,
+        str(cell), policy, gpu, torch, _text(get("exporter")), status,
         get("attempt") or 1, _text(get("failed_step")), _text(get("error")), get("max_diff"), get("tolerance"),
         get("margin"), get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
         " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes), _versions(get("versions")),
-        f"cells/{policy}/{gpu}/{torch}/{log}" if log else None,
+        f"{CELLS_DIR}/{cell}/{log}" if log else None,
         _log_tail(data), _text(get("ended_at")),
         _text(get("check")), None if repro.get("row") is None else str(repro["row"]),
         reproduced if isinstance(reproduced, bool) else None, _text(repro.get("summary")),

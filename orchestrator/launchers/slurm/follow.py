@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ...cell_id import CellId
 from ...console import counts_text
 from ...console import progress as console_progress
 from ...owner import current_record
@@ -120,7 +121,7 @@ def _to_settle(state: CellState) -> bool:
 
 
 def _blank(cell_id: str, entry: Entry) -> Record:
-    policy, gpu, torch = cell_id.split("/")
+    policy, gpu, torch = CellId.parse(cell_id)
     return Record(cell=cell_id, policy=policy, gpu=gpu, torch=torch, exporter=entry.exporter,
                   status="pending", attempt=int(entry.attempt or 1))
 
