@@ -61,8 +61,10 @@ def main() -> int:
     parser.add_argument("--read", action="store_true", help="read the records already there, run nothing")
     args = parser.parse_args()
     if not args.read:
-        subprocess.run([sys.executable, "-m", "orchestrator.cli", "sweep", "matrix=smoke",
-                        f"matrix.torch=[{','.join(STACKS)}]", f"out_dir={args.out_dir}"], cwd=ROOT, check=True)
+        done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "sweep", "matrix=smoke",
+                               f"matrix.torch=[{','.join(STACKS)}]", f"out_dir={args.out_dir}"], cwd=ROOT)
+        if done.returncode not in (0, 1):  # 1: a cell could not start (an `error` record), which the result shows
+            raise SystemExit(f"stacks.py: the sweep exited with {done.returncode}")
     result = collect(args.out_dir.absolute())
     if not result["policies"]:
         raise SystemExit(f"stacks.py: no records under {args.out_dir}/cells/")
