@@ -27,11 +27,10 @@ def current_specs(cell_ids: list[str], overrides: list[str], config_dir: Path | 
 
     if not cell_ids:
         return {}
-    for cell_id in cell_ids:
-        try:
-            CellId.parse(cell_id)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    composed = compose_config([*overrides, *covering(cell_ids)], config_dir)
+    try:
+        matrix = covering(cell_ids)  # parses every id
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    composed = compose_config([*overrides, *matrix], config_dir)
     wanted = set(cell_ids)
     return {s.id: s for s in resolve(composed, with_fingerprints=True) if s.id in wanted}
