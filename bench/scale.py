@@ -17,7 +17,7 @@ wrappers first on PATH; each export-matrix command runs under /usr/bin/time (wal
    a multirun of more than MaxArraySize tasks is refused by sbatch). Goal: sweep <= 0.3x Hydra's time.
 Writes bench/results/scale.json.
 
-    .venv/bin/python bench/scale.py [--skip-run]
+    .venv/bin/python bench/scale.py [--skip-run | --only-run]
 """
 
 from __future__ import annotations
@@ -168,7 +168,9 @@ def submit_10000(env: dict[str, str], bin_dir: Path, conf: Path, app: Path, work
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-run", action="store_true", help="only the 10,000-cell submission")
+    parts = parser.add_mutually_exclusive_group()
+    parts.add_argument("--skip-run", action="store_true", help="only the 10,000-cell submission")
+    parts.add_argument("--only-run", action="store_true", help="only the 2,500-cell run")
     parser.add_argument("--policies", type=int, default=1667, help="part 2: cells = policies x 2 GPUs x 3 builds")
     args = parser.parse_args()
     limits = cluster_limits()
@@ -182,13 +184,17 @@ def main() -> int:
         if not args.skip_run:
             result["run_2500"] = run_2500(env, bin_dir, tool_conf(work / "c2500", 834), work)
             print(json.dumps(result["run_2500"]), flush=True)
-        conf = tool_conf(work / "c10000", args.policies)
-        app = hydra_app(work / "h10000", args.policies, "values")
-        result["submit_10000"] = submit_10000(env, bin_dir, conf, app, work, args.policies)
-        print(json.dumps(result["submit_10000"]), flush=True)
+        if not args.only_run:
+            conf = tool_conf(work / "c10000", args.policies)
+            app = hydra_app(work / "h10000", args.policies, "values")
+            result["submit_10000"] = submit_10000(env, bin_dir, conf, app, work, args.policies)
+            print(json.dumps(result["submit_10000"]), flush=True)
     path = ROOT / "bench" / "results" / "scale.json"
-    if path.exists() and args.skip_run:  # keep the slow part's last figures
-        result.setdefault("run_2500", json.loads(path.read_text()).get("run_2500"))
+    if path.exists():  # the part not run keeps its last figures, with the date they were measured
+        last = json.loads(path.read_text())
+        for part in ("run_2500", "submit_10000"):
+            if part not in result and last.get(part):
+                result[part] = {"date": last.get("date"), **last[part]} if "date" not in last[part] else last[part]
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
     return 0
