@@ -1,14 +1,12 @@
 """The failure catalog (conf/failures.yaml, plus a --config-dir's): which known failure each cell hit.
 
-Matching is done once per distinct error text (a sweep has thousands of cells but a handful of errors), and
-the result is a boolean column per catalog id, so the matrix can `groupby(...).any()` them.
+Each cell gets a boolean column per catalog id, so the matrix can `groupby(...).any()` them.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -78,51 +76,19 @@ class Catalog:
         """The ids whose patterns occur in text."""
         if not text:
             return []
-        return [e.id for e, patterns in self._searched if any(p.search(text) for p in patterns)]
-
-    @cached_property
-    def _searched(self) -> list[tuple[Entry, tuple[re.Pattern, ...]]]:
-        """Each entry with its patterns as one alternation where they combine (one search per entry and text, not
-        one per pattern), else as they are."""
-        searched = []
-        for entry in self.entries:
-            combined = _alternation(entry.patterns) if len(entry.patterns) > 1 else None
-            searched.append((entry, (combined,) if combined else entry.patterns))
-        return searched
-
-    @cached_property
-    def _any(self) -> re.Pattern | None:
-        """Every entry's patterns as one alternation, which occurs in a text exactly when one of them does: most
-        texts match no entry, and are then ruled out with one search (None where they do not combine)."""
-        return _alternation([p for _, searched in self._searched for p in searched])
+        return [e.id for e in self.entries if any(p.search(text) for p in e.patterns)]
 
     def match_many(self, texts: pd.Series) -> pd.DataFrame:
-        """A boolean frame (one column per entry) saying which entries match each text, matching each distinct
-        text once."""
+        """A boolean frame (one column per entry) saying which entries match each text: a sweep has thousands of
+        cells but a handful of distinct errors, and each distinct text is matched once."""
         codes, uniques = pd.factorize(texts, use_na_sentinel=True)
         table = np.zeros((len(uniques) + 1, len(self.entries)), dtype=bool)  # last row: missing text
         index = {e.id: i for i, e in enumerate(self.entries)}
-        anything = self._any
         for row, text in enumerate(uniques):
-            text = str(text)
-            if anything is not None and not anything.search(text):
-                continue
-            for failure_id in self.match(text):
+            for failure_id in self.match(str(text)):
                 table[row, index[failure_id]] = True
         picked = table[np.where(codes < 0, len(uniques), codes)]
         return pd.DataFrame(picked, index=texts.index, columns=[e.column for e in self.entries])
-
-
-def _alternation(patterns: list[re.Pattern] | tuple[re.Pattern, ...]) -> re.Pattern | None:
-    """The patterns as one, which occurs in a text exactly when one of them does; None where there are none or
-    they do not combine: a pattern with global flags, or a later one with groups (its backreferences would count
-    the groups before it)."""
-    if not patterns or any(p.groups for p in patterns[1:]):
-        return None
-    try:
-        return re.compile("|".join(f"(?:{p.pattern})" for p in patterns))
-    except re.error:
-        return None
 
 
 def load_catalog(config_dirs: list[Path]) -> Catalog:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import io
 import math
+from collections import namedtuple
 from pathlib import Path
-from typing import NamedTuple
 
 import pandas as pd
 
 from .catalog import NEW, id_key
-from .failure_summary import named_rows
+from .failure_summary import columns
 from .render_md import md_text, num
 from .settings import Settings
 
@@ -22,20 +22,8 @@ KEYS = ["policy", "gpu"]
 SYMBOL_ORDER = ("✅", "🟡", "❌", "⏸", "⏳", "—", "⚠️")
 
 
-class _Row(NamedTuple):
-    """The columns `changes` compares."""
-
-    policy: str
-    gpu: str
-    state: str
-    symbol: object
-    symbol_was: object
-    failures: object
-    failures_was: object
-    new_error: object
-    new_error_was: object
-    margin: object
-    margin_was: object
+_Row = namedtuple("_Row", ["policy", "gpu", "state", "symbol", "symbol_was", "failures", "failures_was",
+                           "new_error", "new_error_was", "margin", "margin_was"])
 
 
 def read_previous(path: Path) -> pd.DataFrame | None:
@@ -74,7 +62,7 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
     merged = now.merge(previous, on=KEYS, how="outer", suffixes=("", "_was"), indicator="state")
     merged = merged.sort_values("order", kind="stable", na_position="last")  # table order; dropped cells last
     lines = []
-    for row in named_rows(_differing(merged), _Row):
+    for row in map(_Row._make, zip(*columns(merged, *_Row._fields), strict=True)):
         where = f"{row.policy} on {settings.gpu_short(row.gpu)}"
         if row.state == "right_only":
             lines.append(f"{where}: no longer collected (was {row.symbol_was})")
@@ -95,20 +83,6 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
         if margin is not None and was_margin is not None and abs(margin - was_margin) > settings.margin_move:
             lines.append(f"{where}: margin {num(was_margin)} → {num(margin)}")
     return lines
-
-
-def _differing(merged: pd.DataFrame) -> pd.DataFrame:
-    """The rows where anything the loop in `changes` compares differs (a superset of those it writes a line
-    for): at 20,000 policy x GPU rows, looping over every row took longer than the rest of a collect's render."""
-    def text(column: str) -> pd.Series:
-        return merged[column].astype(object).where(merged[column].notna(), "").astype(str)
-
-    now, was = pd.to_numeric(merged["margin"], errors="coerce"), pd.to_numeric(merged["margin_was"], errors="coerce")
-    margin_moved = (now != was) & ~(now.isna() & was.isna())
-    differs = ((merged["state"] != "both") | (text("symbol") != text("symbol_was"))
-               | (text("failures") != text("failures_was")) | (text("new_error") != text("new_error_was"))
-               | margin_moved)
-    return merged[differs.to_numpy()]
 
 
 def render(lines: list[str]) -> str:

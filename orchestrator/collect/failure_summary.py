@@ -9,12 +9,11 @@ gpu, the failure ids and the builds each was seen on) and the set of its builds;
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
 
-from .catalog import Catalog, id_key
+from .catalog import id_key
 from .settings import Settings
 
 Part = dict[str, Any]  # {"notes": {failure id: GPU note, "" on all its GPUs}, "clause": [text, lowest id] | None}
@@ -34,27 +33,11 @@ def columns(frame: pd.DataFrame, *names: str) -> list[list]:
     return [frame[name].tolist() for name in names]
 
 
-def named_rows(frame: pd.DataFrame, kind: Any) -> Iterator[Any]:
-    """Each row as a `kind` (a named tuple of some of frame's columns), taken from the columns as lists (see
-    `columns`), not by iterating rows."""
-    return map(kind._make, zip(*columns(frame, *kind._fields), strict=True))
-
-
-class GpuNotes:
-    """"H100" when a failure was seen on some of a policy's GPUs only (None when on all), each combination
-    worded once."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.key = order(settings.gpus)
-        self.worded: dict[tuple[frozenset, frozenset], str | None] = {}
-
-    def __call__(self, where: set[str], everywhere: set[str]) -> str | None:
-        pair = (frozenset(where), frozenset(everywhere))
-        if pair not in self.worded:
-            self.worded[pair] = None if not where or where >= everywhere else " and ".join(
-                self.settings.gpu_short(g) for g in sorted(where, key=self.key))
-        return self.worded[pair]
+def gpu_note(where: set[str], everywhere: set[str], settings: Settings) -> str | None:
+    """"H100" when a failure was seen on some of a policy's GPUs only (None when on all)."""
+    if not where or where >= everywhere:
+        return None
+    return " and ".join(settings.gpu_short(g) for g in sorted(where, key=order(settings.gpus)))
 
 
 def pair_hits(matrix: pd.DataFrame, cells: pd.DataFrame) -> dict[tuple[str, str], Hits]:
@@ -73,8 +56,7 @@ def pair_hits(matrix: pd.DataFrame, cells: pd.DataFrame) -> dict[tuple[str, str]
     return hits
 
 
-def policy_part(hits: dict[str, Hits], builds: set[str], stock: set[str], settings: Settings,
-                gpu_note: GpuNotes) -> Part | None:
+def policy_part(hits: dict[str, Hits], builds: set[str], stock: set[str], settings: Settings) -> Part | None:
     """A policy's part from the hits of its GPUs (pair_hits) and the builds (and stock ones) of all its cells;
     None without a recorded GPU.
 
@@ -102,9 +84,9 @@ def policy_part(hits: dict[str, Hits], builds: set[str], stock: set[str], settin
             where = {build for _, _, on in hits.values() for build in on.get(failure_id, ())}
             if where:
                 notes[failure_id] = build_note(builds, stock, where)
-        text = _describe(main, other, everywhere, notes, settings.catalog, gpu_note)
+        text = _describe(main, other, everywhere, notes, settings)
         clause = [text, list(min(id_key(i) for i in main))]
-    return {"notes": {i: gpu_note(where, everywhere) or "" for i, where in seen.items()}, "clause": clause}
+    return {"notes": {i: gpu_note(where, everywhere, settings) or "" for i, where in seen.items()}, "clause": clause}
 
 
 def failure_rows(parts: dict[str, Part], settings: Settings) -> list[tuple[str, str, str, str, str]]:
@@ -138,17 +120,17 @@ def policy_line(parts: dict[str, Part]) -> str:
 
 
 def _describe(primary: dict[str, set[str]], secondary: dict[str, set[str]], everywhere: set[str],
-              build_notes: dict[str, str], catalog: Catalog, gpu_note: GpuNotes) -> str:
+              build_notes: dict[str, str], settings: Settings) -> str:
     """A clause without its policy names: "<hoisted GPU>\\0<failures>"."""
     main = sorted(primary, key=id_key)
-    notes = {i: gpu_note(primary[i], everywhere) for i in main}
+    notes = {i: gpu_note(primary[i], everywhere, settings) for i in main}
     hoist = ""
     if len(set(notes.values())) == 1 and notes[main[0]]:
         hoist, notes = f" ({notes[main[0]]})", dict.fromkeys(main)
     words = []
     for failure_id in main:
         word = failure_id
-        entry = catalog.by_id.get(failure_id)
+        entry = settings.catalog.by_id.get(failure_id)
         if entry is not None and entry.signal == "slow":
             word += " (slow, not failing)"
         if notes[failure_id]:

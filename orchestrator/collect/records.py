@@ -1,8 +1,5 @@
 """Read every `DIR/cells/<policy>/<gpu>/<torch>/record.json` into one pandas frame, one row per cell.
 
-Reading the JSON files is most of a collect's time, so the directory walk is record.record_paths, each file is one
-read and one parse (jsonio), and rows are tuples (no dict per record). `collect.read_threads` reads with a thread pool,
-for storage where reads wait on the network.
 Earlier attempts (attempts/<n>/record.json) are read only for cells whose record says attempt > 1: their check
 numbers tell whether repeated runs straddle the tolerance (row 5).
 """
@@ -11,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,10 +28,9 @@ NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_
            "runs_high")
 TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "check", "repro_row", "repro_summary")
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
-# Only a failure's log tail is searched (for the catalog's patterns, when its error line matches none), so the
-# tails of passed and unfinished cells, most of a record's bytes, stay out of the frame.
+# Only a failure's log tail is searched (for the catalog's patterns), so the tails of passed and unfinished cells,
+# most of a record's bytes, stay out of the frame.
 NO_TAIL_NEEDED = frozenset({Status.PASSED, *UNFINISHED})
-THREADED_FROM = 256  # paths: fewer go through the calling thread whatever collect.read_threads says
 
 
 def _read(path: str) -> dict[str, Any] | None:
@@ -52,41 +47,25 @@ def _read(path: str) -> dict[str, Any] | None:
     return data
 
 
-_VERSIONS: dict[tuple, str] = {}  # the few distinct version sets of a sweep, each serialized once
-
-
-def _versions(versions: Any) -> str:
-    if not versions or not isinstance(versions, dict):
-        return ""
-    try:
-        key = tuple(versions.items())
-        text = _VERSIONS.get(key)
-    except TypeError:  # an unhashable value: serialize it every time
-        return json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
-    if text is None:
-        text = _VERSIONS[key] = json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
-    return text
-
-
-def _row(path: str, data: dict[str, Any]) -> tuple:
-    cell = CellId.of_dir(os.path.dirname(path))
-    policy, gpu, torch = cell
+def _row(cell: CellId, data: dict[str, Any]) -> tuple:
     get = data.get
-    logs = get("logs")
-    log = _log(logs, get("failed_step"))
+    log = _log(get("logs"), get("failed_step"))
     fixes = get("fixes") or []
     repro = get("repro")
-    if not isinstance(repro, dict):
-        repro = {"row": None} if get("exporter") != REPRO_EXPORTER else {"row": _policy_row(policy)}
+    if not isinstance(repro, dict):  # a repro cell that left no result still belongs to the repro table
+        repro = {"row": f"? ({cell.policy})" if get("exporter") == REPRO_EXPORTER else None}
     reproduced = repro.get("reproduced")
     status = get("status") or "error"
+    versions = get("versions")
     return (
-        str(cell), policy, gpu, torch, _text(get("exporter")), status,
+        str(cell), *cell, _text(get("exporter")), status,
         get("attempt") or 1, _text(get("failed_step")), _text(get("error")), get("max_diff"), get("tolerance"),
         get("margin"), get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
-        " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes), _versions(get("versions")),
+        " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes),
+        json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
+        if versions and isinstance(versions, dict) else "",
         f"{CELLS_DIR}/{cell}/{log}" if log else None,
-        _log_tail(data), _text(get("ended_at")),
+        None if status in NO_TAIL_NEEDED else _text(get("log_tail")), _text(get("ended_at")),
         _text(get("check")), None if repro.get("row") is None else str(repro["row"]),
         reproduced if isinstance(reproduced, bool) else None, _text(repro.get("summary")),
         *_runs(get("check_runs"), get("tolerance")),
@@ -96,10 +75,6 @@ def _row(path: str, data: dict[str, Any]) -> tuple:
 def _text(value: Any) -> str | None:
     """A text field as text (a record written by hand may hold a number or a list there): one type per column."""
     return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
-
-
-def _log_tail(data: dict[str, Any]) -> str | None:
-    return None if (data.get("status") or "error") in NO_TAIL_NEEDED else _text(data.get("log_tail"))
 
 
 def _log(logs: Any, failed_step: Any) -> str | None:
@@ -118,62 +93,37 @@ def _runs(diffs: Any, tolerance: Any) -> tuple[float | None, float | None]:
     return min(diffs) / tolerance, max(diffs) / tolerance
 
 
-def _policy_row(policy: str) -> str:
-    """A repro cell that left no result (it crashed or timed out) still belongs to the repro table."""
-    return f"? ({policy})"
-
-
-def _read_chunk(paths: list[str]) -> tuple[list[tuple], list[tuple]]:
-    rows: list[tuple] = []
-    history: list[tuple] = []
-    for path in paths:
-        data = _read(path)
-        if data is None:
-            continue
-        row = _row(path, data)
-        rows.append(row)
-        attempt = row[6]
-        if isinstance(attempt, int) and attempt > 1:
-            history += _earlier_attempts(os.path.dirname(path), row[0])
-    return rows, history
-
-
-def _earlier_attempts(cell_dir: str, cell_id: str) -> list[tuple]:
-    found = []
-    for attempt_dir in dirs(os.path.join(cell_dir, ATTEMPTS_DIR)):
-        data = _read(os.path.join(attempt_dir, RECORD_NAME))
-        if data:
-            attempt = data.get("attempt")
-            found.append((cell_id, attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
-                          _text(data.get("status")), data.get("max_diff"), data.get("tolerance")))
-    return found
+def _read_cell(path: str) -> tuple[tuple, list[tuple]] | None:
+    """(row, earlier attempts' check numbers) of one record.json; None when there is none."""
+    data = _read(path)
+    if data is None:
+        return None
+    cell_dir = os.path.dirname(path)
+    row = _row(CellId.of_dir(cell_dir), data)
+    history = []
+    if isinstance(row[6], int) and row[6] > 1:
+        for attempt_dir in dirs(os.path.join(cell_dir, ATTEMPTS_DIR)):
+            past = _read(os.path.join(attempt_dir, RECORD_NAME))
+            if past:
+                attempt = past.get("attempt")
+                history.append((row[0], attempt if isinstance(attempt, int) and not isinstance(attempt, bool)
+                                else None, _text(past.get("status")), past.get("max_diff"), past.get("tolerance")))
+    return row, history
 
 
 def load_records(out_dir: Path, workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cells, history): one row per cell with a record, and the check numbers of their earlier attempts.
 
-    workers > 1 reads with that many threads: worth it where reads wait on the network (NFS, Lustre); on a local,
-    page-cached disk the JSON parse holds the GIL and threads only add switching (see bench/collect.py).
+    workers > 1 (collect.read_threads) reads with that many threads: worth it where reads wait on the network
+    (NFS, Lustre); on a local, page-cached disk the JSON parse holds the GIL and threads only add switching.
     """
-    rows, history = read_paths(record_paths(out_dir), workers)
-    return typed_cells(rows), typed_history(history)
-
-
-def read_paths(paths: list[str], workers: int = 1) -> tuple[list[tuple], list[tuple]]:
-    """The rows of these record.json files (and of their earlier attempts), with `workers` threads."""
-    chunks = in_chunks(_read_chunk, paths, workers)
-    return [row for rows, _ in chunks for row in rows], [row for _, history in chunks for row in history]
-
-
-def in_chunks[T](work: Callable[[list[str]], T], paths: list[str], workers: int) -> list[T]:
-    """work(chunk) for chunks of paths, through `workers` threads (collect.read_threads) once there are enough
-    paths: on network storage each stat and read waits on the server; on a local disk they hold the GIL, and
-    threads only add switching."""
-    if workers <= 1 or len(paths) < THREADED_FROM:
-        return [work(paths)]
-    size = -(-len(paths) // (workers * 4))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(work, [paths[i:i + size] for i in range(0, len(paths), size)]))
+    paths = record_paths(out_dir)
+    if workers > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            read = [r for r in pool.map(_read_cell, paths) if r is not None]
+    else:
+        read = [r for r in map(_read_cell, paths) if r is not None]
+    return typed_cells([row for row, _ in read]), typed_history([past for _, h in read for past in h])
 
 
 def typed_cells(rows: list[tuple]) -> pd.DataFrame:
@@ -182,10 +132,8 @@ def typed_cells(rows: list[tuple]) -> pd.DataFrame:
     for column in NUMBERS:
         cells[column] = pd.to_numeric(cells[column], errors="coerce").astype("float64")
     cells["attempt"] = pd.to_numeric(cells["attempt"], errors="coerce").fillna(1).astype("int64")
-    for column in ("id", "policy", "gpu", "torch", "status", "fixes", "versions"):
-        cells[column] = cells[column].astype(str)
-    for column in TEXTS:  # missing stays missing; one dtype however few values a column has
-        cells[column] = cells[column].astype("str")
+    for column in ("id", "policy", "gpu", "torch", "status", "fixes", "versions", *TEXTS):
+        cells[column] = cells[column].astype("str")  # missing texts stay missing
     cells["reproduced"] = cells["reproduced"].astype(object)
     return cells
 

@@ -5,13 +5,13 @@ Every text from a record goes through html.escape; links are relative to DIR (wh
 
 from __future__ import annotations
 
+from collections import namedtuple
 from html import escape
-from typing import NamedTuple
 from urllib.parse import quote
 
 import pandas as pd
 
-from .failure_summary import named_rows
+from .failure_summary import columns
 from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, num, repro_cells, rerun_command
 from .settings import Settings
 
@@ -124,29 +124,14 @@ def _cells_table(summary: Summary) -> str:
     return "\n".join(out)
 
 
-class _CellRow(NamedTuple):
-    """The columns of a cell's row in the cells table."""
-
-    id: str
-    log: object
-    status: str
-    failed_step: object
-    failures: object
-    max_diff: object
-    tolerance: object
-    margin: object
-    speedup: object
-    exported_ms: object
-    peak_gpu_mib: object
-    check: object
-    attempt: object
-    error: object
+_CellRow = namedtuple("_CellRow", ["id", "log", "status", "failed_step", "failures", "max_diff", "tolerance",
+                                   "margin", "speedup", "exported_ms", "peak_gpu_mib", "check", "attempt", "error"])
 
 
 def cell_rows(cells: pd.DataFrame) -> list[str]:
     """Each cell's row of the cells table."""
     out = []
-    for row in named_rows(cells, _CellRow):
+    for row in map(_CellRow._make, zip(*columns(cells, *_CellRow._fields), strict=True)):
         diff = f"{num(row.max_diff)} / {num(row.tolerance)}" if num(row.max_diff) else ""
         out.append(f'<tr data-status="{escape(row.status)}" data-failures="{escape(_str(row.failures))}">'
                    f"<td>{_link(row.log, row.id)}</td><td>{escape(row.status)}</td>"

@@ -22,6 +22,7 @@ across the builds; `primary` only the deciding cell's.
 from __future__ import annotations
 
 import re
+from itertools import compress
 
 import numpy as np
 import pandas as pd
@@ -46,16 +47,9 @@ REPRO_COLUMNS = ["row", "id", "policy", "gpu", "torch", "status", "reproduces", 
 
 
 def join_ids(flags: pd.DataFrame, ids: list[str]) -> pd.Series:
-    """Space-separated ids whose flag column is set, in catalog order, one string per row: rows share a handful
-    of flag combinations, and each distinct one is joined once."""
-    if not ids or not len(flags):
-        return pd.Series("", index=flags.index, dtype=object)
-    columns = [flag_column(failure_id) for failure_id in ids]
-    bits = flags[columns].to_numpy(dtype=bool)
-    codes = flags.groupby(columns, sort=False).ngroup().to_numpy()
-    _, first = np.unique(codes, return_index=True)  # a row of each combination
-    texts = np.array([" ".join(i for i, on in zip(ids, bits[row], strict=True) if on) for row in first], dtype=object)
-    return pd.Series(texts[codes], index=flags.index, dtype=object)
+    """Space-separated ids whose flag column is set, in catalog order, one string per row."""
+    bits = flags[[flag_column(i) for i in ids]].to_numpy(dtype=bool) if ids else np.zeros((len(flags), 0), bool)
+    return pd.Series([" ".join(compress(ids, row)) for row in bits], index=flags.index, dtype=object)
 
 
 def first_line(text: pd.Series) -> pd.Series:

@@ -14,8 +14,8 @@ import pandas as pd
 from . import render_html, render_md
 from .catalog import NEW, flag_column
 from .columns import by_build
-from .failure_summary import GpuNotes, columns, failure_rows, order, pair_hits, policy_line, policy_part
-from .render_md import Summary, build_versions, cell_text, gpu_versions, md_text, row_dicts
+from .failure_summary import columns, failure_rows, order, pair_hits, policy_line, policy_part
+from .render_md import Summary, build_versions, cell_text, gpu_versions, md_text
 from .rules import build_matrix, cells_table, classify_cells, repro_table, undecided_cells
 from .settings import Settings
 
@@ -55,7 +55,8 @@ def make_tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) 
 def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, settings: Settings) -> Summary:
     md: dict[str, dict[str, str]] = {}
     html: dict[str, dict[str, str]] = {}
-    for row in row_dicts(matrix):
+    names = list(matrix.columns)
+    for row in (dict(zip(names, values, strict=True)) for values in zip(*columns(matrix, *names), strict=True)):
         text = cell_text(row)
         md.setdefault(row["policy"], {})[row["gpu"]] = md_text(text)
         html.setdefault(row["policy"], {})[row["gpu"]] = render_html.grid_cell(row, text)
@@ -97,10 +98,9 @@ def _parts(cells: pd.DataFrame, matrix: pd.DataFrame, settings: Settings) -> dic
         hits.setdefault(policy, {})[gpu] = pair
     builds = cells.groupby("policy")["torch"].agg(set).to_dict() if len(cells) else {}
     stock = cells[cells["stock"]].groupby("policy")["torch"].agg(set).to_dict() if len(cells) else {}
-    gpu_note = GpuNotes(settings)
     parts = {}
     for policy in sorted(hits, key=order(settings.policies)):
-        part = policy_part(hits[policy], builds.get(policy, set()), stock.get(policy, set()), settings, gpu_note)
+        part = policy_part(hits[policy], builds.get(policy, set()), stock.get(policy, set()), settings)
         if part is not None:
             parts[policy] = part
     return parts
