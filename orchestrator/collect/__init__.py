@@ -19,7 +19,7 @@ from ..atomic import write_bytes_atomic
 from ..config import Composed, ConfigError, axis_list, compose_config, selected, to_plain
 from ..config_cache import kept
 from . import changes as changes_md
-from .catalog import Catalog, load_catalog
+from .catalog import load_catalog
 from .changes import SYMBOL_ORDER
 from .columns import BY
 from .records import REPRO_EXPORTER, load_records
@@ -37,20 +37,21 @@ def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
 
     cfg = composed.cfg
     knobs = {**DEFAULTS, **(to_plain(cfg.get("collect")) or {})}
-    settings = Settings(catalog=Catalog([]), out_dir=Path(cfg.out_dir), at_limit=float(knobs["at_limit"]),
-                        slow_below=float(knobs["slow_below"]), margin_move=float(knobs["margin_move"]),
-                        read_threads=int(knobs["read_threads"]), table_by=_table_by(cfg))
-    _add_axes(settings, *_axes(cfg))
-    named = any(o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == "matrix" for o in overrides)
-    if named:  # only a matrix the user names says which cells should exist ("—" when they have no record)
+    labels, fixes = _axes(cfg)
+    plain: dict[str, Any] = {
+        "out_dir": str(cfg.out_dir), "at_limit": float(knobs["at_limit"]), "slow_below": float(knobs["slow_below"]),
+        "margin_move": float(knobs["margin_move"]), "read_threads": int(knobs["read_threads"]),
+        "table_by": _table_by(cfg), "gpu_labels": labels, "gpus": list(labels), "build_fixes": fixes,
+        "builds": list(fixes), "policies": [], "expected": [], "config_dirs": [str(d) for d in composed.config_dirs],
+        "selection": composed.selection, "options": {axis: composed.options[axis] for axis in ("gpu", "torch")}}
+    if any(o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == "matrix" for o in overrides):
+        # only a matrix the user names says which cells should exist ("—" when they have no record)
         repros = {p for p in cfg.get("policies") or {} if cfg.policies[p].get("exporter") == REPRO_EXPORTER}
-        settings.policies = [p for p in axis_list(cfg.matrix, "policies") if p not in repros]
-        settings.expected = list(dict.fromkeys((c["policy"], c["gpu"]) for c in expand(cfg.matrix)
+        plain["policies"] = [p for p in axis_list(cfg.matrix, "policies") if p not in repros]
+        plain["expected"] = list(dict.fromkeys((c["policy"], c["gpu"]) for c in expand(cfg.matrix)
                                                if c["policy"] not in repros
                                                and composed.selects(f"{c['policy']}/{c['gpu']}/{c['torch']}")))
-    plain = {f.name: getattr(settings, f.name) for f in fields(Settings) if f.name != "catalog"}
-    return {**plain, "out_dir": str(settings.out_dir), "config_dirs": [str(d) for d in composed.config_dirs],
-            "selection": composed.selection, "options": {axis: composed.options[axis] for axis in ("gpu", "torch")}}
+    return plain
 
 
 def _table_by(cfg) -> str:
@@ -61,12 +62,10 @@ def _table_by(cfg) -> str:
 
 
 def _settings(plain: dict[str, Any]) -> Settings:
-    names = {f.name for f in fields(Settings)} - {"catalog"}
-    settings = Settings(catalog=load_catalog([Path(d) for d in plain["config_dirs"]]),
-                        **{k: v for k, v in plain.items() if k in names})
-    settings.out_dir = Path(plain["out_dir"])
-    settings.expected = [(policy, gpu) for policy, gpu in plain["expected"]]
-    return settings
+    names = {f.name for f in fields(Settings)} - {"catalog", "out_dir", "expected"}
+    return Settings(catalog=load_catalog([Path(d) for d in plain["config_dirs"]]), out_dir=Path(plain["out_dir"]),
+                    expected=[(policy, gpu) for policy, gpu in plain["expected"]],
+                    **{k: v for k, v in plain.items() if k in names})
 
 
 def _axes(cfg) -> tuple[dict[str, str], dict[str, list[str]]]:

@@ -141,27 +141,13 @@ def _reasons(df: pd.DataFrame) -> list[str]:
     return reasons
 
 
-def undecided_cells(df: pd.DataFrame) -> list[tuple[str, str]]:
-    """(cell id, reason) of every undecided cell, in id order."""
-    if not len(df):
-        return []
-    rows = df[df["outcome"] == "undecided"]
-    return list(zip(rows["id"].tolist(), rows["reason"].tolist(), strict=True))
-
-
 def _straddling(df: pd.DataFrame, history: pd.DataFrame) -> pd.Index:
     """Cells whose runs (this one and earlier attempts) landed on both sides of the tolerance: only cells with
     earlier attempts can."""
-    if history.empty:
-        return pd.Index([])
-    rerun = df[df["id"].isin(history["id"])]
-    checks = pd.concat([rerun[["id", "max_diff", "tolerance"]], history[["id", "max_diff", "tolerance"]]])
-    checks = checks.dropna(subset=["max_diff", "tolerance"])
-    if checks.empty:
-        return pd.Index([])
-    over = checks["max_diff"] > checks["tolerance"]
-    sides = pd.DataFrame({"id": checks["id"], "over": over, "within": ~over}).groupby("id")[["over", "within"]].any()
-    return sides.index[sides["over"] & sides["within"]]
+    checks = pd.concat([df.loc[df["id"].isin(history["id"]), ["id", "max_diff", "tolerance"]],
+                        history[["id", "max_diff", "tolerance"]]]).dropna(subset=["max_diff", "tolerance"])
+    over = (checks["max_diff"] > checks["tolerance"]).groupby(checks["id"]).agg(["any", "all"])
+    return over.index[over["any"] & ~over["all"]]
 
 
 def _ranks(names: pd.Series, order: list[str]) -> pd.Series:
@@ -247,14 +233,12 @@ def repro_table(repros: pd.DataFrame, settings: Settings) -> pd.DataFrame:
 def short_fixes(fixes: str) -> str:
     """"pytorch/pytorch#202785 pytorch/executorch#19924" -> "#202785 executorch#19924": torch's PRs are the
     table's usual fixes; another repository keeps its name, so its number is not read as a torch PR."""
-    return " ".join(_short_fix(fix) for fix in fixes.split())
-
-
-def _short_fix(fix: str) -> str:
-    repo, sep, number = fix.rpartition("#")
-    if not sep:
-        return fix
-    return f"#{number}" if repo in ("", "pytorch/pytorch") else f"{repo.rsplit('/', 1)[-1]}#{number}"
+    short = []
+    for fix in fixes.split():
+        repo, sep, number = fix.rpartition("#")
+        short.append(fix if not sep else f"#{number}" if repo in ("", "pytorch/pytorch")
+                     else f"{repo.rsplit('/', 1)[-1]}#{number}")
+    return " ".join(short)
 
 
 def cells_table(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:

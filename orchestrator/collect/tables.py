@@ -16,7 +16,7 @@ from .catalog import NEW, flag_column
 from .columns import by_build
 from .failure_summary import columns, failure_rows, order, pair_hits, policy_line, policy_part
 from .render_md import Summary, build_versions, cell_text, gpu_versions, md_text
-from .rules import build_matrix, cells_table, classify_cells, repro_table, undecided_cells
+from .rules import build_matrix, cells_table, classify_cells, repro_table
 from .settings import Settings
 
 
@@ -88,7 +88,8 @@ def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, se
         new_failures=list(new_failures.items()), logs=logs, failure_rows=failure_rows(parts, settings),
         policy_line=policy_line(parts), builds=build_versions(builds, fixes, settings),
         gpu_versions=gpu_versions(pairs, settings), repros=repros.to_dict("records"), cell_rows=rows,
-        undecided=undecided_cells(cells))
+        undecided=list(zip(*columns(cells[cells["outcome"] == "undecided"], "id", "reason"), strict=True))
+        if len(cells) else [])
 
 
 def _parts(cells: pd.DataFrame, matrix: pd.DataFrame, settings: Settings) -> dict:
