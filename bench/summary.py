@@ -52,10 +52,13 @@ def _submit(d: dict) -> tuple[str, str, str]:
 
 def _scale(d: dict) -> tuple[str, str, str]:
     run, sub = d["run_2500"], d["submit_10000"]
-    return (f"{run['cells']:,} cells run on local Slurm; {sub['cells']:,} submitted",
-            f"arrays {run['array_sizes']}; status {run['status_s']:.1f} s at 2,500, "
-            f"{sub['status_s']:.1f} s at 10,000; {run['sacct_calls_per_wait_poll']} sacct calls per `wait` poll",
-            "status < 2 s ❌ (2,500 recorded cells)" if run["status_s"] >= 2 else "status < 2 s ✅")
+    calls = run["sacct_calls_per_wait_poll"]
+    fast, one = run["status_s"] < 2, calls == 1
+    return (f"{run['cells']:,} cells run on local Slurm ({run.get('date', d['date'])}); {sub['cells']:,} submitted "
+            f"({sub.get('date', d['date'])})",
+            f"arrays {run['array_sizes']}; status {run['status_s']:.2f} s at 2,500, {sub['status_s']:.1f} s at "
+            f"10,000; {calls} sacct call{'s' if calls != 1 else ''} per `wait` poll",
+            f"status < 2 s {'✅' if fast else '❌'}, 1 sacct call per poll {'✅' if one else '❌'}")
 
 
 def _stacks(d: dict) -> tuple[str, str, str]:

@@ -62,14 +62,27 @@ def _row(cell: CellId, data: dict[str, Any]) -> tuple:
         get("attempt") or 1, _text(get("failed_step")), _text(get("error")), get("max_diff"), get("tolerance"),
         get("margin"), get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
         " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes),
-        json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
-        if versions and isinstance(versions, dict) else "",
+        _versions(versions) if versions and isinstance(versions, dict) else "",
         f"{CELLS_DIR}/{cell}/{log}" if log else None,
         None if status in NO_TAIL_NEEDED else _text(get("log_tail")), _text(get("ended_at")),
         _text(get("check")), None if repro.get("row") is None else str(repro["row"]),
         reproduced if isinstance(reproduced, bool) else None, _text(repro.get("summary")),
         *_runs(get("check_runs"), get("tolerance")),
     )
+
+
+_VERSIONS: dict[tuple, str] = {}  # a sweep's few distinct version sets, each serialized once
+
+
+def _versions(versions: dict[str, Any]) -> str:
+    try:
+        key = tuple(versions.items())
+        return _VERSIONS[key]
+    except KeyError:
+        text = _VERSIONS[key] = json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
+        return text
+    except TypeError:  # an unhashable value
+        return json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _text(value: Any) -> str | None:

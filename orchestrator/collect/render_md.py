@@ -28,12 +28,15 @@ REPROS_HEAD = ("Standalone repros (orchestrator/repros/): does the row's failure
 MAX_CELLS_LISTED = 5
 _MD_CHARACTERS = "\\`*[]|~$"
 _MD_SPECIAL = re.compile(f"([{re.escape(_MD_CHARACTERS)}])")
+_PLAIN = re.compile(r"[A-Za-z0-9.,:/+=()#-]*")  # a single line with no character md_text escapes
 _LONE_UNDERSCORE = re.compile(r"_(?:(?<![A-Za-z0-9]_)|(?![A-Za-z0-9]))")  # not after or not before a letter/digit
 
 
 def md_text(text: object, limit: int | None = None) -> str:
     """Text that cannot break a Markdown table or line: one line, Markdown and HTML characters escaped, and an
     underscore escaped unless it sits between two letters or digits (inside a word it is no emphasis)."""
+    if isinstance(text, str) and (limit is None or len(text) <= limit) and _PLAIN.fullmatch(text):
+        return text  # most names: nothing to escape
     flat = " ".join(str(text).split())
     if limit and len(flat) > limit:
         flat = flat[:limit - 1] + "…"
