@@ -1,23 +1,14 @@
-"""The seed's failure summary table and its "Policy to failure:" line, put together from one part per policy.
-
-A policy's part (the failure ids it hits, each with the GPUs it hit them on when not all, and its clause of the
-line) depends on that policy's matrix rows and cells only, and through their hits (`pair_hits`: per policy x
-gpu, the failure ids and the builds each was seen on) and the set of its builds; `failure_rows` and
-`policy_line` only assemble the parts.
-"""
+"""The seed's failure summary table and its "Policy to failure:" line, from the matrix and its cells."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 import pandas as pd
 
 from .catalog import id_key
 from .settings import Settings
 
-Part = dict[str, Any]  # {"notes": {failure id: GPU note, "" on all its GPUs}, "clause": [text, lowest id] | None}
-Hits = list[Any]  # [primary ids, failure ids, {failure id: [builds it was seen on]}] of one policy x gpu
 MAX_NAMED_BUILDS = 62  # a note names up to this many builds of a policy (else "other builds")
 
 
@@ -40,88 +31,63 @@ def gpu_note(where: set[str], everywhere: set[str], settings: Settings) -> str |
     return " and ".join(settings.gpu_short(g) for g in sorted(where, key=order(settings.gpus)))
 
 
-def pair_hits(matrix: pd.DataFrame, cells: pd.DataFrame) -> dict[tuple[str, str], Hits]:
-    """What a policy's part takes from each of its policy x gpu rows with a record, in table order: the failure
-    ids of the cell that decided its symbol and of all its cells, and the builds each id was seen on."""
-    seen_on: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    failing = cells[cells["failures"] != ""]
-    for policy, gpu, build, failures in zip(*columns(failing, "policy", "gpu", "torch", "failures"), strict=True):
-        for failure_id in failures.split():
-            seen_on[(policy, gpu)][failure_id].add(build)
-    recorded = matrix[matrix["status"] != "missing"]
-    hits: dict[tuple[str, str], Hits] = {}
-    for policy, gpu, main, every in zip(*columns(recorded, "policy", "gpu", "primary", "failures"), strict=True):
-        builds = seen_on.get((policy, gpu), {})
-        hits[(policy, gpu)] = [str(main or ""), str(every or ""), {i: sorted(b) for i, b in builds.items()}]
-    return hits
+def summarize(matrix: pd.DataFrame, cells: pd.DataFrame,
+              settings: Settings) -> tuple[list[tuple[str, str, str, str, str]], str]:
+    """(the summary table's rows: #, failure, policies, repro, fixed by; the "Policy to failure:" line).
 
-
-def policy_part(hits: dict[str, Hits], builds: set[str], stock: set[str], settings: Settings) -> Part | None:
-    """A policy's part from the hits of its GPUs (pair_hits) and the builds (and stock ones) of all its cells;
-    None without a recorded GPU.
-
-    Its main failures are those of the cells that decided its symbols (`primary`); failures seen only on other
-    builds (the ones a patched build got past) follow as "and 7 on stock torch". A GPU is named when a failure is
-    seen on some of the policy's GPUs only.
+    A policy's main failures are those of the cells that decided its symbols (`primary`); failures seen only on
+    other builds (the ones a patched build got past) follow as "and 7 on stock torch". A GPU is named when a
+    failure is seen on some of the policy's GPUs only. Policies with the same clause share it; clauses are ordered
+    by their lowest failure id, ties in table order.
     """
-    if not hits:
-        return None
-    everywhere = set(hits)
-    seen: dict[str, set[str]] = {}
-    primary: dict[str, set[str]] = {}
-    secondary: dict[str, set[str]] = {}
-    for gpu, (main, every, _) in hits.items():
-        main_ids = set(main.split())
-        for failure_id in every.split():
-            seen.setdefault(failure_id, set()).add(gpu)
-            (primary if failure_id in main_ids else secondary).setdefault(failure_id, set()).add(gpu)
-    clause = None
-    if primary or secondary:
-        main, other = (primary, secondary) if primary else (secondary, {})
-        other = {k: v for k, v in other.items() if k not in main}
-        notes = {}
-        for failure_id in other:
-            where = {build for _, _, on in hits.values() for build in on.get(failure_id, ())}
-            if where:
-                notes[failure_id] = build_note(builds, stock, where)
-        text = _describe(main, other, everywhere, notes, settings)
-        clause = [text, list(min(id_key(i) for i in main))]
-    return {"notes": {i: gpu_note(where, everywhere, settings) or "" for i, where in seen.items()}, "clause": clause}
-
-
-def failure_rows(parts: dict[str, Part], settings: Settings) -> list[tuple[str, str, str, str, str]]:
-    """The seed's summary table: every catalog entry with the policies seen hitting it (GPU noted when only some)."""
-    names: dict[str, list[str]] = defaultdict(list)  # failure id -> its policies, by name
-    for policy in sorted(parts):  # each policy's notes once, not once per catalog entry
-        for failure_id, note in parts[policy]["notes"].items():
-            names[failure_id].append(f"{policy} ({note})" if note else policy)
-    return [(entry.id, entry.title, ", ".join(names.get(entry.id, [])) or "none yet", entry.repro, entry.fixed_by)
-            for entry in settings.catalog.entries]
-
-
-def policy_line(parts: dict[str, Part]) -> str:
-    """The seed's "Policy to failure:" line: policies with the same clause share it; clauses are ordered by their
-    lowest failure id, ties in table order."""
-    clauses: dict[str, list[str]] = {}
-    first_id: dict[str, tuple] = {}
-    for policy, part in parts.items():
-        if part["clause"] is None:
-            continue
-        text, key = part["clause"][0], tuple(part["clause"][1])
-        clauses.setdefault(text, []).append(policy)
-        first_id[text] = min(first_id.get(text, key), key)
+    seen_on: dict[tuple[str, str], set[str]] = defaultdict(set)  # (policy, failure id) -> builds that hit it
+    builds: dict[str, set[str]] = defaultdict(set)
+    stock: dict[str, set[str]] = defaultdict(set)
+    for policy, build, is_stock, failures in zip(*columns(cells, "policy", "torch", "stock", "failures"),
+                                                 strict=True):
+        builds[policy].add(build)
+        if is_stock:
+            stock[policy].add(build)
+        for failure_id in (failures or "").split():
+            seen_on[(policy, failure_id)].add(build)
+    hits: dict[str, dict[str, tuple[set[str], list[str]]]] = {}  # policy -> gpu -> (primary ids, failure ids)
+    recorded = matrix[matrix["status"] != "missing"]  # in table order
+    for policy, gpu, main, every in zip(*columns(recorded, "policy", "gpu", "primary", "failures"), strict=True):
+        hits.setdefault(policy, {})[gpu] = (set(str(main or "").split()), str(every or "").split())
+    names: dict[str, list[tuple[str, str]]] = defaultdict(list)  # failure id -> (policy, its text in the row)
+    clauses: dict[tuple[str, str], list] = {}  # (hoisted GPU, failures) -> [policies, lowest failure id]
+    for policy, gpus in hits.items():
+        everywhere = set(gpus)
+        seen: dict[str, set[str]] = {}
+        primary: dict[str, set[str]] = {}
+        secondary: dict[str, set[str]] = {}
+        for gpu, (main, every) in gpus.items():
+            for failure_id in every:
+                seen.setdefault(failure_id, set()).add(gpu)
+                (primary if failure_id in main else secondary).setdefault(failure_id, set()).add(gpu)
+        for failure_id, where in seen.items():
+            note = gpu_note(where, everywhere, settings)
+            names[failure_id].append((policy, f"{policy} ({note})" if note else policy))
+        if primary or secondary:
+            main_ids, other = (primary, secondary) if primary else (secondary, {})
+            other = {k: v for k, v in other.items() if k not in main_ids}
+            notes = {i: build_note(builds[policy], stock[policy], seen_on[(policy, i)]) for i in other
+                     if seen_on[(policy, i)]}
+            clause = clauses.setdefault(_describe(main_ids, other, everywhere, notes, settings), [[], (9, 0, "")])
+            clause[0].append(policy)
+            clause[1] = min(clause[1], *(id_key(i) for i in main_ids))
+    rows = [(entry.id, entry.title, ", ".join(text for _, text in sorted(names.get(entry.id, []))) or "none yet",
+             entry.repro, entry.fixed_by) for entry in settings.catalog.entries]
     if not clauses:
-        return "Policy to failure: none."
-    pieces = []
-    for text in sorted(clauses, key=lambda t: first_id[t]):  # stable: ties keep table order
-        hoist, body = text.split("\0")
-        pieces.append(f"{', '.join(sorted(clauses[text]))}{hoist}: {body}.")
-    return "Policy to failure: " + " ".join(pieces)
+        return rows, "Policy to failure: none."
+    pieces = [f"{', '.join(sorted(policies))}{hoist}: {body}." for (hoist, body), (policies, _) in
+              sorted(clauses.items(), key=lambda item: item[1][1])]  # stable: ties keep table order
+    return rows, "Policy to failure: " + " ".join(pieces)
 
 
 def _describe(primary: dict[str, set[str]], secondary: dict[str, set[str]], everywhere: set[str],
-              build_notes: dict[str, str], settings: Settings) -> str:
-    """A clause without its policy names: "<hoisted GPU>\\0<failures>"."""
+              build_notes: dict[str, str], settings: Settings) -> tuple[str, str]:
+    """A clause without its policy names: (the GPU hoisted when all its failures share it, the failures)."""
     main = sorted(primary, key=id_key)
     notes = {i: gpu_note(primary[i], everywhere, settings) for i in main}
     hoist = ""
@@ -142,7 +108,7 @@ def _describe(primary: dict[str, set[str]], secondary: dict[str, set[str]], ever
         by_builds[build_notes.get(failure_id, "other builds")].append(failure_id)
     for note, ids in by_builds.items():
         body += f", and {', '.join(ids)} on {note}"
-    return f"{hoist}\0{body}"
+    return hoist, body
 
 
 def build_note(builds: set[str], stock: set[str], where: set[str]) -> str:

@@ -14,7 +14,7 @@ import pandas as pd
 from . import render_html, render_md
 from .catalog import NEW, flag_column
 from .columns import by_build
-from .failure_summary import columns, failure_rows, order, pair_hits, policy_line, policy_part
+from .failure_summary import columns, summarize
 from .render_md import Summary, build_versions, cell_text, gpu_versions, md_text
 from .rules import build_matrix, cells_table, classify_cells, repro_table
 from .settings import Settings
@@ -81,27 +81,12 @@ def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, se
         shown = cells.head(render_html.MAX_CELL_ROWS)
         rows = [[text, status, "" if failures is None else str(failures)] for text, status, failures in
                 zip(render_html.cell_rows(shown), *columns(shown, "status", "failures"), strict=True)]
-    parts = _parts(cells, matrix, settings)
+    failure_rows, policy_line = summarize(matrix, cells, settings)
     return Summary(
         policies=policies, gpus=gpus, md=md, html=html, records=len(cells),
         newest=max((s for s in cells["ended_at"].tolist() if isinstance(s, str)), default="") if len(cells) else "",
-        new_failures=list(new_failures.items()), logs=logs, failure_rows=failure_rows(parts, settings),
-        policy_line=policy_line(parts), builds=build_versions(builds, fixes, settings),
+        new_failures=list(new_failures.items()), logs=logs, failure_rows=failure_rows,
+        policy_line=policy_line, builds=build_versions(builds, fixes, settings),
         gpu_versions=gpu_versions(pairs, settings), repros=repros.to_dict("records"), cell_rows=rows,
         undecided=list(zip(*columns(cells[cells["outcome"] == "undecided"], "id", "reason"), strict=True))
         if len(cells) else [])
-
-
-def _parts(cells: pd.DataFrame, matrix: pd.DataFrame, settings: Settings) -> dict:
-    """Each policy's part of the failure summary (failure_summary.py), in table order."""
-    hits: dict[str, dict] = {}
-    for (policy, gpu), pair in pair_hits(matrix, cells).items():
-        hits.setdefault(policy, {})[gpu] = pair
-    builds = cells.groupby("policy")["torch"].agg(set).to_dict() if len(cells) else {}
-    stock = cells[cells["stock"]].groupby("policy")["torch"].agg(set).to_dict() if len(cells) else {}
-    parts = {}
-    for policy in sorted(hits, key=order(settings.policies)):
-        part = policy_part(hits[policy], builds.get(policy, set()), stock.get(policy, set()), settings)
-        if part is not None:
-            parts[policy] = part
-    return parts
