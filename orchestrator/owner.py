@@ -46,7 +46,7 @@ def settle(cell_dir: Path, record: Record) -> Record:
     if record.status not in UNFINISHED or alive(record.owner):
         return record
     pid = record.owner.get("pid")
-    if record.status == "running":
+    if record.status == Status.RUNNING:
         record.status = Status.KILLED
         record.error = f"the job (pid {pid}) ended without finishing its record (killed or crashed)"
     else:
@@ -68,7 +68,7 @@ def stop_orphan(record: Record) -> None:
     """SIGTERM a job still running an attempt whose sweep is gone, before the cell runs again: the job ends its
     step and its record write is refused, as the cell's attempt has moved on."""
     owner = record.owner or {}
-    if record.status == "running" and owner.get("host") == socket.gethostname() and alive(owner):
+    if record.status == Status.RUNNING and owner.get("host") == socket.gethostname() and alive(owner):
         try:
             os.kill(int(owner["pid"]), signal.SIGTERM)
         except (ProcessLookupError, PermissionError):

@@ -63,7 +63,7 @@ class Record:
     gpu: str
     torch: str
     exporter: str
-    status: str = "running"
+    status: Status = Status.RUNNING
     attempt: int = 1
     failed_step: str | None = None
     error: str | None = None
@@ -109,7 +109,10 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
-        return cls(**{k: v for k, v in data.items() if k in _FIELDS})
+        record = cls(**{k: v for k, v in data.items() if k in _FIELDS})
+        if record.status in STATUSES:  # a status no member names is kept as written, for `status` to show
+            record.status = Status(record.status)
+        return record
 
 
 _FIELDS = frozenset(f.name for f in fields(Record))

@@ -44,7 +44,7 @@ def prepare(spec: CellSpec, local: bool = True) -> int:
             earlier.error = "its sweep ended before it finished; the next sweep of the cell stopped it (SIGTERM)"
             write_record(spec.cell_dir, earlier)
     attempt = start_attempt(spec.cell_dir)
-    write_record(spec.cell_dir, spec.new_record(status="pending", attempt=attempt, fingerprint=spec.fingerprint,
+    write_record(spec.cell_dir, spec.new_record(status=Status.PENDING, attempt=attempt, fingerprint=spec.fingerprint,
                                                 owner=owner.me() if local else {}))
     return attempt
 

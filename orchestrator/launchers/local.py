@@ -51,7 +51,7 @@ def finish_lost(spec: CellSpec, job: submitit.Job | None, reason: str) -> Record
     """Write the record of a job that ended without writing its own final one."""
     record = read_record(spec.cell_dir)
     if record is None or record.status == UNREADABLE:
-        record = spec.new_record(status="running", attempt=record.attempt if record else 1)
+        record = spec.new_record(status=Status.RUNNING, attempt=record.attempt if record else 1)
     if record.status not in UNFINISHED:
         return record
     record.status = Status.CANCELLED if record.status == Status.PENDING and job is None else Status.KILLED

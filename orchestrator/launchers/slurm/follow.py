@@ -123,7 +123,7 @@ def _to_settle(state: CellState) -> bool:
 def _blank(cell_id: str, entry: Entry) -> Record:
     policy, gpu, torch = CellId.parse(cell_id)
     return Record(cell=cell_id, policy=policy, gpu=gpu, torch=torch, exporter=entry.exporter,
-                  status="pending", attempt=int(entry.attempt or 1))
+                  status=Status.PENDING, attempt=int(entry.attempt or 1))
 
 
 def counts(cells: list[CellState]) -> Counter[str]:

@@ -86,7 +86,7 @@ def settle(record: Record, entry: Entry, job: JobState) -> Record:
         slurm=f"Slurm {job.state}{' ' + job.detail if job.detail else ''}", exit=_exit_text(job.exit_code),
         step_exit=_exit_text(job.step_exit or job.exit_code), limit=job.timelimit or entry.time_min,
         mem=entry.signature.get("mem_gb"), job=entry.job_id, grace=UNKNOWN_GRACE_S // 60,
-        before="" if record.status != "pending" and record.started_at else " before it started")
+        before="" if record.status != Status.PENDING and record.started_at else " before it started")
     if ending.names_step:
         new.failed_step = new.failed_step or (current_step(new) if not unfinished else _step_from_files(directory))
     new.job_id = entry.job_id
