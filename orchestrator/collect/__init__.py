@@ -118,6 +118,9 @@ def kept_settings(overrides: list[str], config_dir: Path | None) -> tuple[Settin
 def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None = None, check: bool = False) -> int:
     """Read every record, classify, render, write: the whole table from scratch each time."""
     settings, plain = kept_settings(overrides, config_dir)
+    settings.rerun_args = [*(["--config-dir", str(config_dir)] if config_dir else []),
+                           *(o for o in overrides if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
+                             in ("matrix", "out_dir"))]
     out_dir = settings.out_dir
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")

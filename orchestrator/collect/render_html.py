@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pandas as pd
 
 from .failure_summary import columns
-from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, num, repro_cells, rerun_command
+from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, num, repro_cells, rerun_commands
 from .settings import Settings
 
 MAX_CELL_ROWS = 2000  # the per-cell table; a larger sweep lists only its first cells (cells.csv has them all)
@@ -68,8 +68,9 @@ def render(summary: Summary, settings: Settings) -> str:
         out.append("</ul>")
     if summary.undecided:
         out.append("<h2>Undecided</h2><p>Nothing judged the export of these cells; they are not failures.</p><ul>")
-        out += [f"<li>{escape(cell)}: {escape(why)}</li>" for cell, why in summary.undecided]
-        out.append(f"</ul><p>Retry them: <code>{escape(rerun_command(summary.undecided))}</code></p>")
+        out += [f"<li>{escape(cell)}: {escape(why)}</li>" for cell, why, _ in summary.undecided]
+        out.append("</ul><p>Retry them: " + ", ".join(f"<code>{escape(c)}</code>"
+                                                    for c in rerun_commands(summary.undecided, settings)) + "</p>")
     out.append("<h2>Failures</h2><table><tr><th>#</th><th>Failure</th><th>Policies</th><th>Repro</th>"
                "<th>Fixed by</th></tr>")
     out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in summary.failure_rows]

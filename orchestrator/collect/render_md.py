@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
@@ -103,12 +104,17 @@ class Summary:
     gpu_versions: list[tuple[str, str]]
     repros: list[dict]  # repros.csv's rows: the standalone repros and whether each still reproduces
     cell_rows: list[list[str]]  # [html, status, failures] of the first cells in id order (report.html)
-    undecided: list[tuple[str, str]]  # (cell id, why) of the cells whose export nothing judged, in id order
+    undecided: list[tuple[str, str, str]]  # (cell id, why, exporter) of the cells nothing judged, in id order
 
 
-def rerun_command(undecided: list[tuple[str, str]]) -> str:
-    """The command that runs the undecided cells again."""
-    return "export-matrix rerun " + " ".join(cell for cell, _ in undecided)
+def rerun_commands(undecided: list[tuple[str, str, str]], settings: Settings) -> list[str]:
+    """The commands that run the undecided cells again: collect's config dir, matrix and out_dir, and each
+    cell's exporter (a rerun composes its config from its own overrides, as a sweep does), one per exporter."""
+    by_exporter: dict[str, list[str]] = defaultdict(list)
+    for cell, _, exporter in undecided:
+        by_exporter[exporter if isinstance(exporter, str) and exporter not in ("", "nan", "None") else ""].append(cell)
+    return [shlex.join(["export-matrix", "rerun", *cells, *settings.rerun_args,
+                        *([f"exporter={exporter}"] if exporter else [])]) for exporter, cells in by_exporter.items()]
 
 
 def build_versions(counts: list[tuple[str, str, int]], fixes: dict[str, str],
@@ -163,8 +169,8 @@ def render(summary: Summary, settings: Settings) -> str:
             lines.append(f"- {md_text(error, MAX_ERROR_CHARS)} ({shown}{more})")
     if summary.undecided:
         lines += ["", "**Undecided** (nothing judged the export; these are not failures):", ""]
-        lines += [f"- {md_text(cell)}: {md_text(why)}" for cell, why in summary.undecided]
-        lines += ["", f"Retry them: `{md_text(rerun_command(summary.undecided))}`"]
+        lines += [f"- {md_text(cell)}: {md_text(why)}" for cell, why, _ in summary.undecided]
+        lines += ["", "Retry them: " + ", ".join(f"`{c}`" for c in rerun_commands(summary.undecided, settings))]
     lines += ["", "| # | Failure | Policies | Repro | Fixed by |", "| --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in summary.failure_rows]
     lines += ["", md_text(summary.policy_line)]

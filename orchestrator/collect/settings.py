@@ -26,6 +26,7 @@ class Settings:
     gpus: list[str] = field(default_factory=list)
     builds: list[str] = field(default_factory=list)
     expected: list[tuple[str, str]] = field(default_factory=list)  # policy x gpu the matrix names ("—" if none)
+    rerun_args: list[str] = field(default_factory=list)  # collect's --config-dir, matrix and out_dir: a rerun's too
 
     def gpu_label(self, gpu: str) -> str:
         return self.gpu_labels.get(gpu) or gpu

@@ -88,5 +88,5 @@ def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, se
         new_failures=list(new_failures.items()), logs=logs, failure_rows=failure_rows,
         policy_line=policy_line, builds=build_versions(builds, fixes, settings),
         gpu_versions=gpu_versions(pairs, settings), repros=repros.to_dict("records"), cell_rows=rows,
-        undecided=list(zip(*columns(cells[cells["outcome"] == "undecided"], "id", "reason"), strict=True))
-        if len(cells) else [])
+        undecided=list(zip(*columns(cells[cells["outcome"] == "undecided"], "id", "reason", "exporter"),
+                           strict=True)) if len(cells) else [])

@@ -7,6 +7,7 @@ import csv
 import io
 import random
 import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from orchestrator.collect.render_md import md_text
 from orchestrator.collect.rules import join_ids, short_fixes
 from orchestrator.config import PACKAGE_CONF
 from orchestrator.record import Record, read_record, write_record
+from orchestrator.selection import select
 from orchestrator.spec import cell_dir
 
 from ..conftest import ROOT, write
@@ -116,7 +118,14 @@ def test_an_outcome_that_decides_nothing_is_undecided(tmp_path: Path, status: st
     assert table_line(tmp_path, "pi05") == f"| pi05 | ⏸ {reason} | — |"
     assert "New failures" not in text and "❌" not in text.split("\n\n")[0]
     assert f"- pi05/h100/stock: {reason}" in text
-    assert "Retry them: `export-matrix rerun pi05/h100/pr202785 pi05/h100/stock`" in text
+    retry = re.search(r"Retry them: `([^`]*)`", text).group(1)
+    assert retry == (f"export-matrix rerun pi05/h100/pr202785 pi05/h100/stock out_dir={tmp_path} matrix=tracking "
+                     "'matrix.policies=[pi05]' 'matrix.torch=[stock,pr202785]' exporter=lerobot_cuda")
+    argv = shlex.split(retry)[2:]  # what rerun selects with these ids and overrides: the cells, their exporter
+    overrides = [a for a in argv if "=" in a]
+    specs = select(tmp_path, [a for a in argv if "=" not in a], False, False, overrides, None)
+    assert [(s.id, s.exporter) for s in specs] == [("pi05/h100/pr202785", "lerobot_cuda"),
+                                                   ("pi05/h100/stock", "lerobot_cuda")]
 
 
 def test_an_export_no_runtime_could_run_is_undecided_a_checked_mismatch_is_not(tmp_path: Path) -> None:
