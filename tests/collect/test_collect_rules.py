@@ -526,7 +526,7 @@ def test_vectorized_failure_matching_and_joining_equal_the_row_by_row_answers() 
 
 def test_a_failure_got_past_is_named_with_the_builds_of_every_gpu(tmp_path: Path) -> None:
     """A failure a policy's deciding cells do not show (7 here) is named with the builds it hit on any of its
-    GPUs, each GPU's hits kept apart until the policy's part is made (failure_summary.policy_part)."""
+    GPUs, each GPU's hits kept apart until the policy's clause is made (failure_summary.summarize)."""
     put(tmp_path, "pi05/h100/stock", "failed", failed_step="compile-model", error=SEED_MESSAGES["3"])
     put(tmp_path, "pi05/h100/pr202785", "failed", failed_step="save", error=ROW7, fixes=["pytorch/pytorch#202785"])
     put(tmp_path, "pi05/a100/stock", "failed", failed_step="compile-model", error=SEED_MESSAGES["3"])
