@@ -56,7 +56,9 @@ def _scale(d: dict) -> tuple[str, str, str]:
     fast, one = run["status_s"] < 2, calls == 1
     return (f"{run['cells']:,} cells run on local Slurm ({run.get('date', d['date'])}); {sub['cells']:,} submitted "
             f"({sub.get('date', d['date'])})",
-            f"arrays {run['array_sizes']}; status {run['status_s']:.2f} s at 2,500, {sub['status_s']:.1f} s at "
+            f"arrays {run['array_sizes']}; status {run['status_s']:.2f} s at 2,500"
+            + (f" ({run['status_again_s']:.2f} s again)" if "status_again_s" in run else "")
+            + f", {sub['status_s']:.1f} s at "
             f"10,000; {calls} sacct call{'s' if calls != 1 else ''} per `wait` poll",
             f"status < 2 s {'✅' if fast else '❌'}, 1 sacct call per poll {'✅' if one else '❌'}")
 
