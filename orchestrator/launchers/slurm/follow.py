@@ -89,12 +89,14 @@ def _age_s(stamp: str | None) -> float:
 
 def poll(out_dir: Path, cells: list[str] | None = None,
          records: dict[str, Record] | None = None) -> list[CellState]:
-    """Ask Slurm about every job of the manifest (one sacct call), settle the ended ones, return each cell.
+    """Ask Slurm about every job of the manifest (one sacct call, without steps), settle the ended ones, return
+    each cell. Only jobs that ended FAILED or COMPLETED and left no final record are asked again with their
+    steps (a second call, rare), for the step's exit code and an OOM-killed step.
 
     `records`: the cells' records where the caller has read them already (status reads every record once), else
     each cell's is read here."""
     entries = {c: e for c, e in read_entries(out_dir).items() if cells is None or c in cells}
-    states = sacct([e.job_id for e in entries.values()])
+    states = sacct([e.job_id for e in entries.values()], steps=False)
     found = []
     for cell_id, entry in entries.items():
         job = lookup(states, entry.job_id)
@@ -104,13 +106,33 @@ def poll(out_dir: Path, cells: list[str] | None = None,
         state = CellState(cell_id, record, entry, job)
         if records is not None and _to_settle(state):  # read before sacct answered: the job may have written since
             state.record = current_record(cell_dir(out_dir, cell_id))
-        if _to_settle(state):
-            after = settle(state.record or _blank(cell_id, entry), entry, job)
-            if after != state.record:
-                write_record(cell_dir(entry.out_dir, cell_id), after)
-                state.record = after
         found.append(state)
+    with_steps = [s for s in found if _steps_matter(s)]
+    if with_steps:
+        detailed = sacct([s.entry.job_id for s in with_steps if s.entry is not None])
+        for state in with_steps:
+            state.job = lookup(detailed, state.entry.job_id) or state.job if state.entry else state.job
+    for state in found:
+        if _to_settle(state):
+            entry = state.entry
+            after = settle(state.record or _blank(state.cell, entry), entry, state.job)
+            if after != state.record:
+                write_record(cell_dir(entry.out_dir, state.cell), after)
+                state.record = after
     return found
+
+
+def _steps_matter(state: CellState) -> bool:
+    """The job ended FAILED or COMPLETED, and its steps may change its record: it left no final record, or its
+    process died (FAILED: an OOM-killed step looks so without its steps) and its record was not settled from
+    Slurm yet. A job body that recorded its export's failure exits normally: COMPLETED."""
+    job, entry, record = state.job, state.entry, state.record
+    if job is None or entry is None or job.state not in ("FAILED", "COMPLETED") or state.ending:
+        return False
+    if record is None or record.status in UNFINISHED:
+        return True
+    return (job.state == "FAILED" and record.status != Status.PASSED
+            and not (record.job_id == entry.job_id and (record.logs or {}).get("job_stdout") == entry.stdout))
 
 
 def _to_settle(state: CellState) -> bool:

@@ -43,16 +43,17 @@ SACCT_FIELDS = ("JobID", "State", "ExitCode", "Elapsed", "Timelimit", "NodeList"
 _RANGE = re.compile(r"^(?P<base>\d+)_\[(?P<ranges>[\d,\-]+)(?:%\d+)?\]$")
 
 
-def sacct(job_ids: list[str]) -> dict[str, JobState]:
+def sacct(job_ids: list[str], steps: bool = True) -> dict[str, JobState]:
     """One `sacct` call for all these jobs (array tasks `A_i` are asked as their array `A`), by job id.
 
-    Steps are asked too (no -X): a job whose srun step the cgroup OOM-killed ends FAILED, its step OUT_OF_MEMORY.
+    With `steps`, their steps too: a job whose srun step the cgroup OOM-killed ends FAILED, its step
+    OUT_OF_MEMORY. Without (-X), slurmdbd answers many times faster: one line per job instead of three or four.
     """
     bases = sorted({j.split("_")[0] for j in job_ids if j}, key=int)
     if not bases:
         return {}
-    done = subprocess.run(["sacct", "-P", "-n", "-o", ",".join(SACCT_FIELDS), "-j", ",".join(bases)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(["sacct", *([] if steps else ["-X"]), "-P", "-n", "-o", ",".join(SACCT_FIELDS),
+                           "-j", ",".join(bases)], capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"sacct failed: {done.stderr.strip()[-500:]}")
     return parse_sacct(done.stdout)
