@@ -44,7 +44,7 @@ def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
         "table_by": _table_by(cfg), "gpu_labels": labels, "gpus": list(labels), "build_fixes": fixes,
         "builds": list(fixes), "policies": [], "expected": [], "config_dirs": [str(d) for d in composed.config_dirs],
         "selection": composed.selection, "options": {axis: composed.options[axis] for axis in ("gpu", "torch")}}
-    if any(o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == "matrix" for o in overrides):
+    if any(_group(o) == "matrix" for o in overrides):
         # only a matrix the user names says which cells should exist ("—" when they have no record)
         repros = {p for p in cfg.get("policies") or {} if cfg.policies[p].get("exporter") == REPRO_EXPORTER}
         plain["policies"] = [p for p in axis_list(cfg.matrix, "policies") if p not in repros]
@@ -52,6 +52,11 @@ def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
                                                if c["policy"] not in repros
                                                and composed.selects(f"{c['policy']}/{c['gpu']}/{c['torch']}")))
     return plain
+
+
+def _group(override: str) -> str:
+    """The config key an override sets, to its first dot: `matrix` for `matrix.gpus=[h100]`."""
+    return override.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
 
 
 def _table_by(cfg) -> str:
@@ -119,8 +124,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     """Read every record, classify, render, write: the whole table from scratch each time."""
     settings, plain = kept_settings(overrides, config_dir)
     settings.rerun_args = [*(["--config-dir", str(config_dir)] if config_dir else []),
-                           *(o for o in overrides if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
-                             in ("matrix", "out_dir"))]
+                           *(o for o in overrides if _group(o) in ("matrix", "out_dir"))]
     out_dir = settings.out_dir
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")

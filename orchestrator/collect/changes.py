@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from .catalog import NEW, id_key
-from .failure_summary import columns
+from .failure_summary import named_rows
 from .render_md import md_text, num
 from .settings import Settings
 
@@ -62,7 +62,7 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
     merged = now.merge(previous, on=KEYS, how="outer", suffixes=("", "_was"), indicator="state")
     merged = merged.sort_values("order", kind="stable", na_position="last")  # table order; dropped cells last
     lines = []
-    for row in map(_Row._make, zip(*columns(merged, *_Row._fields), strict=True)):
+    for row in named_rows(merged, _Row):
         where = f"{row.policy} on {settings.gpu_short(row.gpu)}"
         if row.state == "right_only":
             lines.append(f"{where}: no longer collected (was {row.symbol_was})")

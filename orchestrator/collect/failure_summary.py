@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
 
 import pandas as pd
 
@@ -22,6 +24,12 @@ def columns(frame: pd.DataFrame, *names: str) -> list[list]:
     """Columns as Python lists: iterating a pyarrow-backed column yields one boxed scalar at a time (most of a
     render at 10,000 records), `tolist` converts it in one call."""
     return [frame[name].tolist() for name in names]
+
+
+def named_rows(frame: pd.DataFrame, kind: Any) -> Iterator[Any]:
+    """Each row as a `kind` (a named tuple of some of frame's columns), taken from the columns as lists (see
+    `columns`), not by iterating rows."""
+    return map(kind._make, zip(*columns(frame, *kind._fields), strict=True))
 
 
 def gpu_note(where: set[str], everywhere: set[str], settings: Settings) -> str | None:

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from .failure_summary import columns
+from .failure_summary import named_rows
 from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, num, repro_cells, rerun_commands
 from .settings import Settings
 
@@ -132,7 +132,7 @@ _CellRow = namedtuple("_CellRow", ["id", "log", "status", "failed_step", "failur
 def cell_rows(cells: pd.DataFrame) -> list[str]:
     """Each cell's row of the cells table."""
     out = []
-    for row in map(_CellRow._make, zip(*columns(cells, *_CellRow._fields), strict=True)):
+    for row in named_rows(cells, _CellRow):
         diff = f"{num(row.max_diff)} / {num(row.tolerance)}" if num(row.max_diff) else ""
         out.append(f'<tr data-status="{escape(row.status)}" data-failures="{escape(_str(row.failures))}">'
                    f"<td>{_link(row.log, row.id)}</td><td>{escape(row.status)}</td>"

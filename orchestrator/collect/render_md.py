@@ -112,7 +112,7 @@ def rerun_commands(undecided: list[tuple[str, str, str]], settings: Settings) ->
     cell's exporter (a rerun composes its config from its own overrides, as a sweep does), one per exporter."""
     by_exporter: dict[str, list[str]] = defaultdict(list)
     for cell, _, exporter in undecided:
-        by_exporter[exporter if isinstance(exporter, str) and exporter not in ("", "nan", "None") else ""].append(cell)
+        by_exporter[exporter if isinstance(exporter, str) else ""].append(cell)  # a missing one reads NaN
     return [shlex.join(["export-matrix", "rerun", *cells, *settings.rerun_args,
                         *([f"exporter={exporter}"] if exporter else [])]) for exporter, cells in by_exporter.items()]
 

@@ -21,7 +21,7 @@ from ...record import UNFINISHED, Record, Status, write_record
 from ...spec import cell_dir
 from .manifest import Entry, read_entries, read_manifest
 from .sacct import UNKNOWN_GRACE_S, JobState, lookup, sacct
-from .settle import settle, settled
+from .settle import settle, settled, settled_once
 
 # States Slurm reaches by signalling the job (SIGTERM, then SIGKILL after KillWait): the job body may still be
 # writing its final record for a while after sacct shows the state, so a `running` record is left this long.
@@ -90,8 +90,8 @@ def _age_s(stamp: str | None) -> float:
 def poll(out_dir: Path, cells: list[str] | None = None,
          records: dict[str, Record] | None = None) -> list[CellState]:
     """Ask Slurm about every job of the manifest (one sacct call, without steps), settle the ended ones, return
-    each cell. Only jobs that ended FAILED or COMPLETED and left no final record are asked again with their
-    steps (a second call, rare), for the step's exit code and an OOM-killed step.
+    each cell. Jobs whose steps can change their record (`_steps_matter`) are asked again with their steps, in
+    a second call made only when there are such jobs: the step's exit code, an OOM-killed step.
 
     `records`: the cells' records where the caller has read them already (status reads every record once), else
     each cell's is read here."""
@@ -109,7 +109,7 @@ def poll(out_dir: Path, cells: list[str] | None = None,
         found.append(state)
     with_steps = [s for s in found if _steps_matter(s)]
     if with_steps:
-        detailed = sacct([s.entry.job_id for s in with_steps if s.entry is not None])
+        detailed = sacct([s.entry.job_id for s in with_steps if s.entry])
         for state in with_steps:
             state.job = lookup(detailed, state.entry.job_id) or state.job if state.entry else state.job
     for state in found:
@@ -131,8 +131,7 @@ def _steps_matter(state: CellState) -> bool:
         return False
     if record is None or record.status in UNFINISHED:
         return True
-    return (job.state == "FAILED" and record.status != Status.PASSED
-            and not (record.job_id == entry.job_id and (record.logs or {}).get("job_stdout") == entry.stdout))
+    return job.state == "FAILED" and record.status != Status.PASSED and not settled_once(record, entry)
 
 
 def _to_settle(state: CellState) -> bool:

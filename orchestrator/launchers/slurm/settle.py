@@ -45,6 +45,11 @@ def settled(record: Record | None, entry: Entry, job: JobState) -> bool:
         return False
     if job.state in ("COMPLETED", "FAILED", "UNKNOWN"):
         return True
+    return settled_once(record, entry)
+
+
+def settled_once(record: Record, entry: Entry) -> bool:
+    """settle wrote this record for this job: it names the job and its log."""
     return record.job_id == entry.job_id and (record.logs or {}).get("job_stdout") == entry.stdout
 
 
