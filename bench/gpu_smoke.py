@@ -4,7 +4,10 @@ The sweep itself is the measurement (make_random, torch.export, ExecuTorch's CUD
 CUDA-synchronized medians of eager and exported, NVML peaks); this reads what its records say, so the figures in
 README's "On a GPU" come from one file: the device (name, capability, driver), the versions, and per cell its
 status, failed step, error, which check ran, max_diff / tolerance, eager and exported ms, speedup, peak GPU memory
-and step seconds, and each standalone repro's result.
+and step seconds, and each standalone repro's result. Speed is given both ways a record times eager: `speedup`
+over the same boundary the exported program is timed at (the traced modules composed as its methods), and
+`speedup_policy` over the policy's own call (what a user's code pays), with the record's `timing` saying what
+each side timed, its runs and warm-up.
 
     .venv/bin/python bench/gpu_smoke.py [--out-dir matrix_out] [--result bench/results/gpu_smoke.json]
 """
@@ -28,6 +31,14 @@ DEVICE_FIELDS = ("gpu_name", "gpu_capability", "gpu_driver")
 VERSION_FIELDS = ("python", "torch", "executorch", "lerobot", "transformers")
 
 
+def speeds(record: dict) -> dict:
+    """The record's timing detail and the speedup over the policy's own call, where the record has both."""
+    timing = record.get("timing") or {}
+    policy_ms, exported_ms = timing.get("eager_policy_ms"), record.get("exported_ms")
+    return {"timing": timing or None,
+            "speedup_policy": policy_ms / exported_ms if policy_ms and exported_ms else None}
+
+
 def summarize(out_dir: Path) -> dict:
     records = sorted((out_dir / "cells").glob("*/*/*/record.json"))
     if not records:
@@ -40,7 +51,7 @@ def summarize(out_dir: Path) -> dict:
             devices.add(tuple(seen.get(k) for k in DEVICE_FIELDS))
         if seen.get("torch"):
             versions.add(tuple(seen.get(k) for k in VERSION_FIELDS))
-        cells[record["cell"]] = {k: record.get(k) for k in CELL_FIELDS}
+        cells[record["cell"]] = {k: record.get(k) for k in CELL_FIELDS} | speeds(record)
     return {"devices": [dict(zip(DEVICE_FIELDS, d, strict=True)) for d in sorted(devices, key=str)],
             "versions": [dict(zip(VERSION_FIELDS, v, strict=True)) for v in sorted(versions, key=str)],
             "cells": cells}
@@ -55,7 +66,9 @@ def main() -> int:
     write_json_atomic(args.result, summary)
     for cell, fields in summary["cells"].items():
         numbers = (f" {fields['max_diff']:.2e} / {fields['tolerance']:g}" if fields["max_diff"] is not None else "")
-        print(f"{fields['status']:9s} {cell}{numbers} {fields['check'] or ''} {fields['error'] or ''}"[:160])
+        speed = "".join(f" {name} {fields[key]:.2f}x" for key, name in (("speedup", "speedup"),
+                        ("speedup_policy", "vs policy call")) if fields[key])
+        print(f"{fields['status']:9s} {cell}{numbers}{speed} {fields['check'] or ''} {fields['error'] or ''}"[:160])
     print(f"wrote {args.result}")
     return 0
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pandas as pd
 
+from .failure_summary import order
 from .settings import Settings
 
 BY = ("gpu", "build")
@@ -36,7 +37,8 @@ def by_build(cells: pd.DataFrame, settings: Settings) -> tuple[pd.DataFrame, Set
     if not split:
         return cells, settings
     moved = cells["gpu"].isin(split)
-    builds = {gpu: _ordered(cells.loc[moved & (cells["gpu"] == gpu), "torch"], settings.builds) for gpu in split}
+    builds = {gpu: sorted(set(cells.loc[moved & (cells["gpu"] == gpu), "torch"]), key=order(settings.builds))
+              for gpu in split}
     texts = {gpu: _build_texts(cells[cells["gpu"] == gpu], builds[gpu]) for gpu in split}
     cells = cells.assign(gpu=cells["gpu"].where(~moved, cells["gpu"] + SEPARATOR + cells["torch"]))
     labels, shorts, gpus = dict(settings.gpu_labels), dict(settings.gpu_shorts), []
@@ -53,11 +55,6 @@ def by_build(cells: pd.DataFrame, settings: Settings) -> tuple[pd.DataFrame, Set
     for policy, gpu in settings.expected:
         expected += [(policy, f"{gpu}{SEPARATOR}{b}") for b in builds[gpu]] if gpu in builds else [(policy, gpu)]
     return cells, replace(settings, gpu_labels=labels, gpu_shorts=shorts, gpus=gpus, expected=expected)
-
-
-def _ordered(builds: pd.Series, order: list[str]) -> list[str]:
-    seen = set(builds)
-    return [b for b in order if b in seen] + sorted(seen - set(order))
 
 
 def _build_texts(cells: pd.DataFrame, builds: list[str]) -> dict[str, str]:
