@@ -71,8 +71,18 @@ def _row(cell: CellId, data: dict[str, Any]) -> tuple:
     )
 
 
+_VERSIONS: dict[tuple, str] = {}  # a sweep's few distinct version sets, each serialized once
+
+
 def _versions(versions: dict[str, Any]) -> str:
-    return json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
+    try:
+        key = tuple(versions.items())
+        return _VERSIONS[key]
+    except KeyError:
+        text = _VERSIONS[key] = json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
+        return text
+    except TypeError:  # an unhashable value
+        return json.dumps(versions, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _text(value: Any) -> str | None:
