@@ -1,8 +1,10 @@
 """Run the AOTInductor shared object that ExecuTorch's CUDA backend put into a program, without ExecuTorch.
 
 CudaBackend compiles each method with `torch._inductor.aot_compile` into a libtorch-free `.wrapper.so` (its
-kernels embedded) plus a weights blob, and stores both as the program's named data (`<method>_so_blob` in
-model.pte, `<method>_weights_blob` in aoti_cuda_blob.ptd). ExecuTorch's CUDA runtime dlopens that .so, loads the
+kernels embedded) plus its weights, stored as the program's named data: ExecuTorch 1.2 names them
+`<method>_so_blob` (model.pte) and `<method>_weights_blob` (one dense blob in aoti_cuda_blob.ptd); ExecuTorch 1.5
+keys the .so by its sha256 and stores each weight apart (`cuda_fqn_weight:cuda:<fqn>`), the delegate's processed
+bytes saying which storage is which weight. ExecuTorch's CUDA runtime dlopens that .so, loads the
 weights with `AOTInductorModelUpdateConstantsFromBlob` and calls `AOTInductorModelContainerRun`, supplying the
 `aoti_torch_*` C shims itself. Where that runtime is missing (PyPI's executorch wheel has no CUDA backend), this
 module does the same calls on the same bytes, with libtorch supplying the shims: the very kernels of the
@@ -15,6 +17,8 @@ Imports only stdlib at module level; torch is imported when a program is loaded.
 from __future__ import annotations
 
 import ctypes
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +46,64 @@ def export_libtorch_symbols() -> None:
     _shims_global = True
 
 
-def blobs_from_files(pte: Path, ptd: Path) -> dict[str, tuple[bytes, bytes]]:
-    """Each method's (.so, weights) bytes as the written program holds them: named data of model.pte and of the
-    .ptd next to it, read back from disk, so the check runs what a deployment would load."""
+@dataclass(frozen=True)
+class FqnConstant:
+    """One weight as ExecuTorch >= 1.5 stores it: a named storage in the .ptd viewed as this tensor."""
+
+    fqn: str
+    storage: bytes
+    dtype: int  # ExecuTorch's ScalarType number
+    device_type: int  # 0 cpu, 1 cuda
+    storage_offset: int
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MethodBlobs:
+    """What one method's delegate needs: its .so and either a dense weights blob (ExecuTorch 1.2) or its
+    weights one by one (ExecuTorch 1.5, whose processed bytes hold `ETCUDAFQN3` metadata)."""
+
+    so: bytes
+    weights: bytes | None = None
+    constants: tuple[FqnConstant, ...] = ()
+
+
+FQN_MAGIC = b"ETCUDAFQN3"
+
+
+def decode_fqn_metadata(data: bytes) -> tuple[str, list[tuple[str, str, int, int, int, int, tuple, tuple]]]:
+    """(so_blob_key, [(fqn, storage_key, nbytes, dtype, device_type, offset, sizes, strides)]) from a delegate's
+    processed bytes, in the layout of ExecuTorch 1.5's `encode_cuda_weight_metadata`."""
+    at = len(FQN_MAGIC)
+
+    def take(fmt: str) -> tuple:
+        nonlocal at
+        values = struct.unpack_from(fmt, data, at)
+        at += struct.calcsize(fmt)
+        return values
+
+    def string() -> str:
+        nonlocal at
+        (size,) = take("<I")
+        at += size
+        return data[at - size:at].decode("utf-8")
+
+    so_key = string()
+    (count,) = take("<I")
+    entries = []
+    for _ in range(count):
+        fqn, storage_key = string(), string()
+        nbytes, dtype, device_type, offset, rank = take("<QiiqI")
+        entries.append((fqn, storage_key, nbytes, dtype, device_type, offset, take(f"<{rank}q"), take(f"<{rank}q")))
+    if at != len(data):
+        raise RuntimeError(f"{len(data) - at} bytes left over after the CUDA weight metadata")
+    return so_key, entries
+
+
+def blobs_from_files(pte: Path, ptd: Path) -> dict[str, MethodBlobs]:
+    """Each method's blobs as the written program holds them: named data of model.pte and of the .ptd next to
+    it, read back from disk, so the check runs what a deployment would load."""
     from executorch.exir._serialize._program import deserialize_pte_binary
     from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
 
@@ -56,14 +115,83 @@ def blobs_from_files(pte: Path, ptd: Path) -> dict[str, tuple[bytes, bytes]]:
     if ptd.exists():
         payload = FlatTensorSerializer().deserialize(ptd.read_bytes())
         entries.update({key: payload.buffers[entry.buffer_index] for key, entry in payload.named_data.items()})
-    blobs = {}
-    for plan in program.program.execution_plan:
-        keys = (f"{plan.name}_so_blob", f"{plan.name}_weights_blob")
+
+    def named_bytes(*keys: str) -> list[bytes]:
         missing = [key for key in keys if key not in entries]
         if missing:
-            raise RuntimeError(f"{pte.name} + {ptd.name} have no {', '.join(missing)} (keys: {sorted(entries)})")
-        blobs[plan.name] = (bytes(entries[keys[0]]), bytes(entries[keys[1]]))
+            shown = sorted(entries)[:8]
+            raise RuntimeError(f"{pte.name} + {ptd.name} have no {', '.join(missing)} "
+                               f"({len(entries)} keys: {shown}{' ...' if len(entries) > 8 else ''})")
+        return [bytes(entries[key]) for key in keys]
+
+    blobs = {}
+    for plan in program.program.execution_plan:
+        processed = b""
+        if len(plan.delegates) == 1:
+            processed = bytes(program.program.backend_delegate_data[plan.delegates[0].processed.index].data)
+        if processed.startswith(FQN_MAGIC):
+            so_key, weights = decode_fqn_metadata(processed)
+            constants = []
+            for fqn, storage_key, nbytes, dtype, device_type, offset, sizes, strides in weights:
+                (storage,) = named_bytes(storage_key)
+                if len(storage) != nbytes:
+                    raise RuntimeError(f"{storage_key} holds {len(storage)} bytes, its metadata says {nbytes}")
+                constants.append(FqnConstant(fqn, storage, dtype, device_type, offset, sizes, strides))
+            blobs[plan.name] = MethodBlobs(named_bytes(so_key)[0], constants=tuple(constants))
+        else:
+            so, weights = named_bytes(f"{plan.name}_so_blob", f"{plan.name}_weights_blob")
+            blobs[plan.name] = MethodBlobs(so, weights=weights)
     return blobs
+
+
+# ExecuTorch's ScalarType numbers (the ones weights use) to torch dtype names.
+_SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+                 7: "float64", 11: "bool", 15: "bfloat16"}
+
+
+def constant_tensor(constant: FqnConstant, device: str) -> Any:
+    """The weight as a tensor on its device, viewed over its storage with the recorded offset and strides."""
+    import torch
+
+    name = _SCALAR_TYPES.get(constant.dtype)
+    if name is None:
+        raise RuntimeError(f"{constant.fqn}: ScalarType {constant.dtype} is not one of {sorted(_SCALAR_TYPES)}")
+    flat = torch.frombuffer(bytearray(constant.storage), dtype=torch.uint8).view(getattr(torch, name))
+    flat = flat.to(device if constant.device_type == 1 else "cpu")
+    return flat.as_strided(constant.sizes, constant.strides, constant.storage_offset)
+
+
+class FqnAotiMethod:
+    """A method of ExecuTorch >= 1.5: torch's AOTI container runner on the .so, its weights handed over by FQN
+    as user-managed constants (what ExecuTorch's CUDA runtime does), since no dense blob exists."""
+
+    def __init__(self, blobs: MethodBlobs, workdir: Path, name: str, device: str = "cuda") -> None:
+        import torch
+
+        export_libtorch_symbols()
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.so_path = workdir / f"{name}.wrapper.so"
+        self.so_path.write_bytes(blobs.so)
+        self.runner = torch._C._aoti.AOTIModelContainerRunnerCuda(str(self.so_path), 1, device)
+        by_fqn = {fqn: constant for constant, fqn in self.runner.get_constant_names_to_original_fqns().items()}
+        self.constants = {}  # kept alive: the container holds these tensors, it does not copy them
+        for constant in blobs.constants:
+            self.constants[by_fqn.get(constant.fqn, constant.fqn)] = constant_tensor(constant, device)
+        self.runner.update_constant_buffer(self.constants, False, False, True)
+
+    def __call__(self, inputs: list[Any]) -> list[Any]:
+        return self.runner.run([t.contiguous() for t in inputs])
+
+
+def load_methods(pte: Path, ptd: Path, workdir: Path, device: str = "cuda") -> dict[str, Any]:
+    """Each method of the written program as a callable on torch tensors."""
+    methods: dict[str, Any] = {}
+    for name, blobs in blobs_from_files(pte, ptd).items():
+        if blobs.weights is not None:
+            methods[name] = AotiMethod(blobs.so, blobs.weights, workdir, name, device)
+        else:
+            methods[name] = FqnAotiMethod(blobs, workdir, name, device)
+    return methods
 
 
 class AotiMethod:

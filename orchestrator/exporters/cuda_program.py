@@ -5,7 +5,7 @@ backend's own options and both say the same way which check ran:
 
   "executorch"  the installed ExecuTorch runtime has CudaBackend (a CUDA build of ExecuTorch): model.pte + .ptd
                 are loaded and executed by it;
-  "aoti"        it has not (PyPI's wheel): each method's compiled .so and weights blob, taken from the program's
+  "aoti"        it has not (PyPI's wheel): each method's compiled .so and weights, taken from the program's
                 named data, run through the AOTInductor C interface with libtorch's shims (aoti_runner.py);
   "none"        neither could run; the reason says why, and the caller must not call the program checked.
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aoti_runner import AotiMethod, blobs_from_files, executorch_cuda_unavailable
+from aoti_runner import executorch_cuda_unavailable, load_methods
 
 PTD_NAME = "aoti_cuda_blob.ptd"
 RunMethod = Callable[[str, list[Any]], list[Any]]
@@ -107,8 +107,7 @@ def load(pte: Path, workdir: Path, device: str = "cuda") -> LoadedProgram:
         except Exception as exc:  # noqa: BLE001 - the reason goes into the record and the AOTI check runs
             reason = f"the ExecuTorch runtime could not load the program ({type(exc).__name__}: {exc})"
     try:
-        blobs = blobs_from_files(pte, pte.parent / PTD_NAME)
-        runners = {method: AotiMethod(so, weights, workdir, method) for method, (so, weights) in blobs.items()}
+        runners = load_methods(pte, pte.parent / PTD_NAME, workdir, device)
     except Exception as exc:  # noqa: BLE001
         return LoadedProgram("none", f"{reason}; the program's AOTInductor .so did not load "
                                      f"({type(exc).__name__}: {exc})", None)
