@@ -1,10 +1,8 @@
 """`export-matrix collect`: rebuild the tracking table from the records alone.
 
-Reads every DIR/cells/<policy>/<gpu>/<torch>/record.json and writes, each atomically, DIR/cells.csv (one row per
-cell), DIR/matrix.csv (one row per policy x gpu, with its ✅/🟡/❌), DIR/matrix.md (GitHub Markdown for the tracking
-issue), DIR/report.html (the same, each cell linking to its log) and DIR/changes.md (what changed since the
-previous collect, also printed). `--into FILE` puts matrix.md between FILE's export-matrix markers; `--check`
-writes nothing and exits 1 when FILE or DIR's tables are out of date with the records.
+Reads every DIR/cells/<policy>/<gpu>/<torch>/record.json and writes, each atomically and only when it changed,
+DIR's cells.csv, matrix.csv, repros.csv, matrix.md, report.html and changes.md (also printed). `--into FILE` puts
+matrix.md between FILE's export-matrix markers; `--check` writes nothing and exits 1 when anything is out of date.
 """
 
 from __future__ import annotations
@@ -37,11 +35,14 @@ def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
 
     cfg = composed.cfg
     knobs = {**DEFAULTS, **(to_plain(cfg.get("collect")) or {})}
+    by = str((to_plain(cfg.get("table")) or {}).get("by", "gpu"))
+    if by not in BY:
+        raise ConfigError(f"table.by={by} is not one of: {', '.join(BY)}")
     labels, fixes = _axes(cfg)
     plain: dict[str, Any] = {
         "out_dir": str(cfg.out_dir), "at_limit": float(knobs["at_limit"]), "slow_below": float(knobs["slow_below"]),
         "margin_move": float(knobs["margin_move"]), "read_threads": int(knobs["read_threads"]),
-        "table_by": _table_by(cfg), "gpu_labels": labels, "gpus": list(labels), "build_fixes": fixes,
+        "table_by": by, "gpu_labels": labels, "gpus": list(labels), "build_fixes": fixes,
         "builds": list(fixes), "policies": [], "expected": [], "config_dirs": [str(d) for d in composed.config_dirs],
         "selection": composed.selection, "options": {axis: composed.options[axis] for axis in ("gpu", "torch")}}
     if any(_group(o) == "matrix" for o in overrides):
@@ -59,36 +60,11 @@ def _group(override: str) -> str:
     return override.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
 
 
-def _table_by(cfg) -> str:
-    by = str((to_plain(cfg.get("table")) or {}).get("by", "gpu"))
-    if by not in BY:
-        raise ConfigError(f"table.by={by} is not one of: {', '.join(BY)}")
-    return by
-
-
-def _settings(plain: dict[str, Any]) -> Settings:
-    names = {f.name for f in fields(Settings)} - {"catalog", "out_dir", "expected"}
-    return Settings(catalog=load_catalog([Path(d) for d in plain["config_dirs"]]), out_dir=Path(plain["out_dir"]),
-                    expected=[(policy, gpu) for policy, gpu in plain["expected"]],
-                    **{k: v for k, v in plain.items() if k in names})
-
-
 def _axes(cfg) -> tuple[dict[str, str], dict[str, list[str]]]:
     """The config's GPU labels and builds' fixes, in its order."""
     labels = {name: str(cfg.gpus[name].get("label") or name) for name in cfg.get("gpus") or {}}
     fixes = {name: [str(f) for f in (cfg.builds[name].get("fixes") or [])] for name in cfg.get("builds") or {}}
     return labels, fixes
-
-
-def _add_axes(settings: Settings, labels: dict[str, str], fixes: dict[str, list[str]]) -> None:
-    for name, label in labels.items():
-        settings.gpu_labels.setdefault(name, label)
-        if name not in settings.gpus:
-            settings.gpus.append(name)
-    for name, build_fixes in fixes.items():
-        settings.build_fixes.setdefault(name, build_fixes)
-        if name not in settings.builds:
-            settings.builds.append(name)
 
 
 def _complete_axes(settings: Settings, plain: dict[str, Any], overrides: list[str], config_dir: Path | None,
@@ -103,21 +79,26 @@ def _complete_axes(settings: Settings, plain: dict[str, Any], overrides: list[st
     extra = [f"matrix.gpus=[{','.join([*settings.gpus, *gpus])}]",
              f"matrix.torch=[{','.join([*settings.builds, *builds])}]", "matrix.include=[]", "matrix.exclude=[]",
              "matrix.policies=[]"]
-
     try:
         labels, fixes = kept("collect_settings", overrides, config_dir, [Path(__file__)], extra,
                              lambda: _axes(compose_config([*overrides, *extra], config_dir).cfg))
     except ConfigError:
         return
-    _add_axes(settings, labels, fixes)
+    settings.gpu_labels = {**labels, **settings.gpu_labels}
+    settings.gpus += [gpu for gpu in labels if gpu not in settings.gpus]
+    settings.build_fixes = {**fixes, **settings.build_fixes}
+    settings.builds += [build for build in fixes if build not in settings.builds]
 
 
 def kept_settings(overrides: list[str], config_dir: Path | None) -> tuple[Settings, dict[str, Any]]:
-    """The settings (and their JSON) for these overrides: composed through Hydra only when the config changed
-    (config_cache.py)."""
+    """The settings (and their JSON) for these overrides, composed through Hydra only when the config changed."""
     plain = kept("collect_settings", overrides, config_dir, [Path(__file__)], [],
                  lambda: _plain_settings(compose_config(overrides, config_dir), overrides))
-    return _settings(plain), plain
+    names = {f.name for f in fields(Settings)} - {"catalog", "out_dir", "expected"}
+    settings = Settings(catalog=load_catalog([Path(d) for d in plain["config_dirs"]]), out_dir=Path(plain["out_dir"]),
+                        expected=[(policy, gpu) for policy, gpu in plain["expected"]],
+                        **{k: v for k, v in plain.items() if k in names})
+    return settings, plain
 
 
 def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None = None, check: bool = False) -> int:
@@ -133,23 +114,29 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
         def selects(cell_id: str) -> bool:
             return selected(cell_id, plain["selection"])
 
-        cells = cells[cells["id"].map(selects).astype(bool)].reset_index(drop=True)
-        if len(history):
-            history = history[history["id"].map(selects).astype(bool)].reset_index(drop=True)
+        cells, history = (frame[frame["id"].map(selects).astype(bool)].reset_index(drop=True)
+                          for frame in (cells, history))
     _complete_axes(settings, plain, overrides, config_dir,
                    *(sorted(cells[axis].unique().tolist()) for axis in ("gpu", "torch")))
     done = make_tables(cells, history, settings)
-    spliced = splice_file(into, done.texts["matrix.md"]) if into is not None else None
+    original, spliced = splice_file(into, done.texts["matrix.md"]) if into is not None else (b"", b"")
     if check:
-        return _checked([name for name in OUTPUTS if _stale(out_dir / name, done.texts[name])], spliced,
-                        done.records, out_dir, into)
+        stale = [name for name in OUTPUTS if _stale(out_dir / name, done.texts[name])]
+        stale += [str(into)] if original != spliced else []
+        if stale:
+            print(f"export-matrix: out of date with the {done.records} records under {out_dir}/cells: "
+                  f"{', '.join(stale)} (run collect without --check)", file=sys.stderr)
+            return 1
+        print(f"up to date: {done.records} records, {', '.join(OUTPUTS)}" + (f", {into}" if into else ""),
+              file=sys.stderr)
+        return 0
     previous = changes_md.read_previous(out_dir / "matrix.csv")  # before the new matrix.csv replaces it
-    for name in OUTPUTS:
-        _write_changed(out_dir / name, done.texts[name])
     text = changes_md.render(changes_md.changes(previous, done.matrix, done.settings))
-    _write_changed(out_dir / CHANGES, text)
-    if spliced is not None and spliced[0] != spliced[1]:
-        write_bytes_atomic(into, spliced[1])
+    for name, content in {**done.texts, CHANGES: text}.items():
+        if _stale(out_dir / name, content):  # a rerun leaves most outputs as they were
+            write_bytes_atomic(out_dir / name, content.encode())
+    if original != spliced:
+        write_bytes_atomic(into, spliced)
     print(text, end="")
     counts = Counter(done.matrix["symbol"].tolist())
     print(f"collected {done.records} records into {len(done.matrix)} policy × GPU cells "
@@ -159,27 +146,8 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     return 0
 
 
-def _write_changed(path: Path, text: str) -> None:
-    """Write the file (atomically) unless it already holds text: a rerun leaves most outputs as they were."""
-    if _stale(path, text):
-        write_bytes_atomic(path, text.encode())
-
-
 def _stale(path: Path, expected: str) -> bool:
     try:
         return path.read_bytes() != expected.encode()
     except OSError:  # missing or unreadable: written again (or reported by --check)
         return True
-
-
-def _checked(stale: list[str], spliced: tuple[bytes, bytes] | None, records: int, out_dir: Path,
-             into: Path | None) -> int:
-    """--check's verdict: 1 (and which files) when any output or FILE is out of date with the records."""
-    if spliced is not None and spliced[0] != spliced[1]:
-        stale.append(str(into))
-    if stale:
-        print(f"export-matrix: out of date with the {records} records under {out_dir}/cells: "
-              f"{', '.join(stale)} (run collect without --check)", file=sys.stderr)
-        return 1
-    print(f"up to date: {records} records, {', '.join(OUTPUTS)}" + (f", {into}" if into else ""), file=sys.stderr)
-    return 0

@@ -1,6 +1,6 @@
 """The failure catalog (conf/failures.yaml, plus a --config-dir's): which known failure each cell hit.
 
-Each cell gets a boolean column per catalog id, so the matrix can `groupby(...).any()` them.
+A boolean column per catalog id, so the matrix can `groupby(...).any()` them.
 """
 
 from __future__ import annotations
@@ -46,13 +46,7 @@ def flag_column(failure_id: str) -> str:
 
 def id_key(failure_id: str) -> tuple[int, int, str]:
     """Numeric ids in numeric order, then named ones; `new` last."""
-    if failure_id == NEW:
-        return (2, 0, "")
-    return (0, int(failure_id), "") if failure_id.isdigit() else (1, 0, failure_id)
-
-
-def compile_pattern(pattern: str) -> re.Pattern:
-    return re.compile(pattern.replace("<N>", NUMBER))
+    return (2, 0, "") if failure_id == NEW else (0, int(failure_id), "") if failure_id.isdigit() else (1, 0, failure_id)
 
 
 class Catalog:
@@ -69,26 +63,17 @@ class Catalog:
         """The flag columns, in id order, `new` last."""
         return [e.column for e in self.entries] + [flag_column(NEW)]
 
-    def signal_ids(self, signal: str) -> list[str]:
-        return [e.id for e in self.entries if e.signal == signal]
-
     def match(self, text: str | None) -> list[str]:
         """The ids whose patterns occur in text."""
-        if not text:
-            return []
-        return [e.id for e in self.entries if any(p.search(text) for p in e.patterns)]
+        return [e.id for e in self.entries if any(p.search(text) for p in e.patterns)] if text else []
 
     def match_many(self, texts: pd.Series) -> pd.DataFrame:
-        """A boolean frame (one column per entry) saying which entries match each text: a sweep has thousands of
-        cells but a handful of distinct errors, and each distinct text is matched once."""
-        codes, uniques = pd.factorize(texts, use_na_sentinel=True)
-        table = np.zeros((len(uniques) + 1, len(self.entries)), dtype=bool)  # last row: missing text
-        index = {e.id: i for i, e in enumerate(self.entries)}
-        for row, text in enumerate(uniques):
-            for failure_id in self.match(str(text)):
-                table[row, index[failure_id]] = True
-        picked = table[np.where(codes < 0, len(uniques), codes)]
-        return pd.DataFrame(picked, index=texts.index, columns=[e.column for e in self.entries])
+        """Which entries match each text, one boolean column per entry; each distinct text is matched once (a
+        sweep has thousands of cells but a handful of distinct errors)."""
+        codes, uniques = pd.factorize(texts)
+        hits = [[bool(t) and any(p.search(t) for p in e.patterns) for e in self.entries] for t in map(str, uniques)]
+        table = np.array([*hits, [False] * len(self.entries)], dtype=bool)  # code -1 (no text) takes the last row
+        return pd.DataFrame(table[codes], index=texts.index, columns=[e.column for e in self.entries])
 
 
 def load_catalog(config_dirs: list[Path]) -> Catalog:
@@ -110,8 +95,7 @@ def load_catalog(config_dirs: list[Path]) -> Catalog:
                 raise ConfigError(f"{path}: {NEW!r} is reserved for failures that no entry matches")
             if not isinstance(entry, dict):
                 raise ConfigError(f"{path}: failure {failure_id}: expected a mapping with title and patterns")
-            unknown = set(entry) - FIELDS
-            if unknown:
+            if unknown := set(entry) - FIELDS:
                 raise ConfigError(f"{path}: failure {failure_id}: unknown field {sorted(unknown)[0]!r} "
                                   f"(valid: {', '.join(sorted(FIELDS))})")
             merged.setdefault(failure_id, {}).update(entry)
@@ -122,8 +106,7 @@ def load_catalog(config_dirs: list[Path]) -> Catalog:
 def _entry(failure_id: str, entry: dict[str, Any]) -> Entry:
     where = f"{entry['_source']}: failure {failure_id}"
     patterns = entry.get("patterns") or []
-    if isinstance(patterns, str):
-        patterns = [patterns]
+    patterns = [patterns] if isinstance(patterns, str) else patterns
     signal = entry.get("signal")
     if signal not in SIGNALS:
         raise ConfigError(f"{where}: unknown signal {signal!r} (valid: slow, at_limit)")
@@ -135,7 +118,7 @@ def _entry(failure_id: str, entry: dict[str, Any]) -> Entry:
     compiled = []
     for pattern in patterns:
         try:
-            compiled.append(compile_pattern(str(pattern)))
+            compiled.append(re.compile(str(pattern).replace("<N>", NUMBER)))
         except re.error as exc:
             raise ConfigError(f"{where}: bad pattern {pattern!r} ({exc})") from None
     return Entry(id=failure_id, title=str(entry.get("title") or f"failure {failure_id}"),

@@ -1,13 +1,9 @@
-"""changes.md: what changed since the previous collect, from the previous matrix.csv and the new matrix.
-
-Cells that flipped (❌ → 🟡, ✅ → ❌, — → ✅ ...), failure ids that appeared or went away, new errors that no
-catalog entry knows, and margins (difference / tolerance) that moved by more than `collect.margin_move`.
+"""changes.md: what changed since the previous collect's matrix.csv: symbols that flipped, failure ids that
+came or went, new errors no catalog entry knows, margins that moved by more than `collect.margin_move`.
 """
 
 from __future__ import annotations
 
-import io
-import math
 from collections import namedtuple
 from pathlib import Path
 
@@ -29,26 +25,10 @@ _Row = namedtuple("_Row", ["policy", "gpu", "state", "symbol", "symbol_was", "fa
 def read_previous(path: Path) -> pd.DataFrame | None:
     """The matrix.csv a previous collect wrote, or None."""
     try:
-        text = Path(path).read_text()
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
         return None
-    return read_matrix_csv(text)
-
-
-def read_matrix_csv(text: str) -> pd.DataFrame:
-    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-    for column in ("symbol", "failures", "margin", "new_error", *KEYS):
-        if column not in frame:
-            frame[column] = ""
-    return frame
-
-
-def _margin(value: object) -> float | None:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number
+    return frame.assign(**{c: "" for c in ("symbol", "failures", "margin", "new_error", *KEYS) if c not in frame})
 
 
 def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Settings) -> list[str]:
@@ -57,10 +37,10 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
         counts = matrix["symbol"].value_counts()
         summary = ", ".join(f"{counts[s]} {s}" for s in SYMBOL_ORDER if s in counts)
         return [f"first collect: {len(matrix)} policy × GPU cells ({summary or 'none'})"]
-    now = matrix.astype({"failures": str}).fillna({"failures": "", "new_error": ""})
-    now = now.assign(order=range(len(now)))
+    now = matrix.astype({"failures": str}).fillna({"failures": "", "new_error": ""}).assign(order=range(len(matrix)))
     merged = now.merge(previous, on=KEYS, how="outer", suffixes=("", "_was"), indicator="state")
     merged = merged.sort_values("order", kind="stable", na_position="last")  # table order; dropped cells last
+    merged = merged.assign(**{c: pd.to_numeric(merged[c], errors="coerce") for c in ("margin", "margin_was")})
     lines = []
     for row in named_rows(merged, _Row):
         where = f"{row.policy} on {settings.gpu_short(row.gpu)}"
@@ -79,9 +59,8 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
         error, was_error = str(row.new_error or ""), str(row.new_error_was or "") if row.state == "both" else ""
         if error and error != "nan" and error != was_error:
             lines.append(f"{where}: new error no catalog entry knows: {error}")
-        margin, was_margin = _margin(row.margin), _margin(row.margin_was)
-        if margin is not None and was_margin is not None and abs(margin - was_margin) > settings.margin_move:
-            lines.append(f"{where}: margin {num(was_margin)} → {num(margin)}")
+        if abs(row.margin - row.margin_was) > settings.margin_move:  # False where either is missing (NaN)
+            lines.append(f"{where}: margin {num(row.margin_was)} → {num(row.margin)}")
     return lines
 
 

@@ -1,9 +1,8 @@
 """Which matrix column a cell lands in: one per GPU, or one per GPU and build where builds go side by side.
 
 A GPU's builds fold into one column when at most one of them is stock: a patched build only says whether a fix
-turns that GPU's ❌ into 🟡. Two stock builds of one GPU (a torch bump: torch 2.11 + ET 1.2 beside torch 2.15 +
-ET 1.5.1) are two answers to the same question, so each gets its own column, labelled by the versions its records
-carry; `collect table.by=build` splits every GPU so. A split column's key is `<gpu>@<build>`.
+turns ❌ into 🟡. Two stock builds of one GPU (a torch bump) are two answers to the same question, so each gets a
+column `<gpu>@<build>`, labelled by its records' versions; `collect table.by=build` splits every GPU so.
 """
 
 from __future__ import annotations
@@ -21,19 +20,13 @@ BY = ("gpu", "build")
 SEPARATOR = "@"
 
 
-def split_gpus(cells: pd.DataFrame, by: str) -> list[str]:
-    """The GPUs whose builds go side by side, in the cells' order (`by` is checked where the config is read)."""
-    if not len(cells):
-        return []
-    if by == "build":
-        return list(dict.fromkeys(cells["gpu"]))
-    stock = cells[cells["stock"]].groupby("gpu", sort=False)["torch"].nunique()
-    return [gpu for gpu, builds in stock.items() if builds > 1]
-
-
 def by_build(cells: pd.DataFrame, settings: Settings) -> tuple[pd.DataFrame, Settings]:
     """The cells with `gpu` set to their column's key, and the settings that label and order those columns."""
-    split = split_gpus(cells, settings.table_by)
+    if settings.table_by == "build":  # the GPUs whose builds go side by side, in the cells' order
+        split = list(dict.fromkeys(cells["gpu"]))
+    else:
+        stock = cells[cells["stock"]].groupby("gpu", sort=False)["torch"].nunique()
+        split = [gpu for gpu, builds in stock.items() if builds > 1]
     if not split:
         return cells, settings
     moved = cells["gpu"].isin(split)
@@ -41,19 +34,14 @@ def by_build(cells: pd.DataFrame, settings: Settings) -> tuple[pd.DataFrame, Set
               for gpu in split}
     texts = {gpu: _build_texts(cells[cells["gpu"] == gpu], builds[gpu]) for gpu in split}
     cells = cells.assign(gpu=cells["gpu"].where(~moved, cells["gpu"] + SEPARATOR + cells["torch"]))
-    labels, shorts, gpus = dict(settings.gpu_labels), dict(settings.gpu_shorts), []
-    for gpu in dict.fromkeys([*settings.gpus, *split]):
-        if gpu not in builds:
-            gpus.append(gpu)
-            continue
-        for build in builds[gpu]:
-            key = f"{gpu}{SEPARATOR}{build}"
+    keys = {gpu: [f"{gpu}{SEPARATOR}{build}" for build in builds[gpu]] for gpu in split}
+    labels, shorts = dict(settings.gpu_labels), dict(settings.gpu_shorts)
+    for gpu in split:
+        for build, key in zip(builds[gpu], keys[gpu], strict=True):
             labels[key] = f"{settings.gpu_label(gpu)} · {texts[gpu][build]}"
             shorts[key] = f"{settings.gpu_short(gpu)}/{build}"
-            gpus.append(key)
-    expected: list[tuple[str, str]] = []
-    for policy, gpu in settings.expected:
-        expected += [(policy, f"{gpu}{SEPARATOR}{b}") for b in builds[gpu]] if gpu in builds else [(policy, gpu)]
+    gpus = [key for gpu in dict.fromkeys([*settings.gpus, *split]) for key in keys.get(gpu, [gpu])]
+    expected = [(policy, key) for policy, gpu in settings.expected for key in keys.get(gpu, [gpu])]
     return cells, replace(settings, gpu_labels=labels, gpu_shorts=shorts, gpus=gpus, expected=expected)
 
 

@@ -21,14 +21,12 @@ def order(names: list[str]):
 
 
 def columns(frame: pd.DataFrame, *names: str) -> list[list]:
-    """Columns as Python lists: iterating a pyarrow-backed column yields one boxed scalar at a time (most of a
-    render at 10,000 records), `tolist` converts it in one call."""
+    """Columns as Python lists: iterating a pyarrow-backed column boxes one scalar at a time, `tolist` is one call."""
     return [frame[name].tolist() for name in names]
 
 
 def named_rows(frame: pd.DataFrame, kind: Any) -> Iterator[Any]:
-    """Each row as a `kind` (a named tuple of some of frame's columns), taken from the columns as lists (see
-    `columns`), not by iterating rows."""
+    """Each row as a `kind` (a named tuple of some of frame's columns), from the columns as lists."""
     return map(kind._make, zip(*columns(frame, *kind._fields), strict=True))
 
 
@@ -43,21 +41,14 @@ def summarize(matrix: pd.DataFrame, cells: pd.DataFrame,
               settings: Settings) -> tuple[list[tuple[str, str, str, str, str]], str]:
     """(the summary table's rows: #, failure, policies, repro, fixed by; the "Policy to failure:" line).
 
-    A policy's main failures are those of the cells that decided its symbols (`primary`); failures seen only on
-    other builds (the ones a patched build got past) follow as "and 7 on stock torch". A GPU is named when a
-    failure is seen on some of the policy's GPUs only. Policies with the same clause share it; clauses are ordered
-    by their lowest failure id, ties in table order.
+    A policy's main failures are its deciding cells' (`primary`); those only other builds hit (that a patched
+    build got past) follow as "and 7 on stock torch". Policies with the same clause share it, ordered by the
+    clause's lowest failure id, ties in table order.
     """
-    seen_on: dict[tuple[str, str], set[str]] = defaultdict(set)  # (policy, failure id) -> builds that hit it
-    builds: dict[str, set[str]] = defaultdict(set)
-    stock: dict[str, set[str]] = defaultdict(set)
-    for policy, build, is_stock, failures in zip(*columns(cells, "policy", "torch", "stock", "failures"),
-                                                 strict=True):
-        builds[policy].add(build)
-        if is_stock:
-            stock[policy].add(build)
-        for failure_id in (failures or "").split():
-            seen_on[(policy, failure_id)].add(build)
+    builds = cells.groupby("policy")["torch"].agg(set).to_dict()
+    stock = cells[cells["stock"]].groupby("policy")["torch"].agg(set).to_dict()
+    hit = cells[["policy", "torch"]].assign(id=cells["failures"].fillna("").str.split()).explode("id").dropna()
+    seen_on = hit.groupby(["policy", "id"])["torch"].agg(set).to_dict()  # (policy, failure id) -> its builds
     hits: dict[str, dict[str, tuple[set[str], list[str]]]] = {}  # policy -> gpu -> (primary ids, failure ids)
     recorded = matrix[matrix["status"] != "missing"]  # in table order
     for policy, gpu, main, every in zip(*columns(recorded, "policy", "gpu", "primary", "failures"), strict=True):
@@ -66,21 +57,19 @@ def summarize(matrix: pd.DataFrame, cells: pd.DataFrame,
     clauses: dict[tuple[str, str], list] = {}  # (hoisted GPU, failures) -> [policies, lowest failure id]
     for policy, gpus in hits.items():
         everywhere = set(gpus)
-        seen: dict[str, set[str]] = {}
-        primary: dict[str, set[str]] = {}
-        secondary: dict[str, set[str]] = {}
+        seen, primary, secondary = defaultdict(set), defaultdict(set), defaultdict(set)  # failure id -> GPUs
         for gpu, (main, every) in gpus.items():
             for failure_id in every:
-                seen.setdefault(failure_id, set()).add(gpu)
-                (primary if failure_id in main else secondary).setdefault(failure_id, set()).add(gpu)
+                seen[failure_id].add(gpu)
+                (primary if failure_id in main else secondary)[failure_id].add(gpu)
         for failure_id, where in seen.items():
             note = gpu_note(where, everywhere, settings)
             names[failure_id].append((policy, f"{policy} ({note})" if note else policy))
         if primary or secondary:
             main_ids, other = (primary, secondary) if primary else (secondary, {})
             other = {k: v for k, v in other.items() if k not in main_ids}
-            notes = {i: build_note(builds[policy], stock[policy], seen_on[(policy, i)]) for i in other
-                     if seen_on[(policy, i)]}
+            notes = {i: build_note(builds[policy], stock.get(policy, set()), seen_on[(policy, i)]) for i in other
+                     if (policy, i) in seen_on}
             clause = clauses.setdefault(_describe(main_ids, other, everywhere, notes, settings), [[], (9, 0, "")])
             clause[0].append(policy)
             clause[1] = min(clause[1], *(id_key(i) for i in main_ids))
@@ -101,16 +90,9 @@ def _describe(primary: dict[str, set[str]], secondary: dict[str, set[str]], ever
     hoist = ""
     if len(set(notes.values())) == 1 and notes[main[0]]:
         hoist, notes = f" ({notes[main[0]]})", dict.fromkeys(main)
-    words = []
-    for failure_id in main:
-        word = failure_id
-        entry = settings.catalog.by_id.get(failure_id)
-        if entry is not None and entry.signal == "slow":
-            word += " (slow, not failing)"
-        if notes[failure_id]:
-            word += f" on the {notes[failure_id]}"
-        words.append(word)
-    body = ", ".join(words)
+    slow = {e.id for e in settings.catalog.entries if e.signal == "slow"}
+    body = ", ".join(i + (" (slow, not failing)" if i in slow else "") + (f" on the {notes[i]}" if notes[i] else "")
+                     for i in main)
     by_builds: dict[str, list[str]] = defaultdict(list)
     for failure_id in sorted(secondary, key=id_key):
         by_builds[build_notes.get(failure_id, "other builds")].append(failure_id)
@@ -120,9 +102,8 @@ def _describe(primary: dict[str, set[str]], secondary: dict[str, set[str]], ever
 
 
 def build_note(builds: set[str], stock: set[str], where: set[str]) -> str:
-    """Where a policy saw a failure, in words: "stock torch" when it hit every stock build the policy ran
-    (`builds`, `stock`: those of all its cells), else the builds by name; "other builds" for a policy with more
-    than MAX_NAMED_BUILDS builds."""
+    """Where a policy saw a failure: "stock torch" when on every stock build it ran, else the builds by name
+    ("other builds" past MAX_NAMED_BUILDS)."""
     if len(builds) > MAX_NAMED_BUILDS:
         return "other builds"
     if stock and stock <= where:

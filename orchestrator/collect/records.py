@@ -1,7 +1,6 @@
 """Read every `DIR/cells/<policy>/<gpu>/<torch>/record.json` into one pandas frame, one row per cell.
 
-Earlier attempts (attempts/<n>/record.json) are read only for cells whose record says attempt > 1: their check
-numbers tell whether repeated runs straddle the tolerance (row 5).
+Earlier attempts are read only where attempt > 1: their checks tell whether runs straddle the tolerance.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_
            "runs_high")
 TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "check", "repro_row", "repro_summary")
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
-# Only a failure's log tail is searched (for the catalog's patterns), so the tails of passed and unfinished cells,
-# most of a record's bytes, stay out of the frame.
+# Only a failure's log tail is searched for the catalog's patterns: the others, most of the bytes, stay out.
 NO_TAIL_NEEDED = frozenset({Status.PASSED, *UNFINISHED})
 
 
@@ -57,9 +55,11 @@ def _row(cell: CellId, data: dict[str, Any]) -> tuple:
     reproduced = repro.get("reproduced")
     status = get("status") or "error"
     versions = get("versions")
+    runs, tolerance = get("check_runs"), get("tolerance")  # a check repeated near its limit: its margins' range
+    repeated = isinstance(runs, list) and len(runs) > 1 and isinstance(tolerance, int | float) and tolerance
     return (
         str(cell), *cell, _text(get("exporter")), status,
-        get("attempt") or 1, _text(get("failed_step")), _text(get("error")), get("max_diff"), get("tolerance"),
+        get("attempt") or 1, _text(get("failed_step")), _text(get("error")), get("max_diff"), tolerance,
         get("margin"), get("speedup"), get("peak_gpu_mib"), get("eager_ms"), get("exported_ms"),
         " ".join(map(str, fixes)) if isinstance(fixes, list) else str(fixes),
         _versions(versions) if versions and isinstance(versions, dict) else "",
@@ -67,7 +67,7 @@ def _row(cell: CellId, data: dict[str, Any]) -> tuple:
         None if status in NO_TAIL_NEEDED else _text(get("log_tail")), _text(get("ended_at")),
         _text(get("check")), None if repro.get("row") is None else str(repro["row"]),
         reproduced if isinstance(reproduced, bool) else None, _text(repro.get("summary")),
-        *_runs(get("check_runs"), get("tolerance")),
+        *((min(runs) / tolerance, max(runs) / tolerance) if repeated else (None, None)),
     )
 
 
@@ -99,13 +99,6 @@ def _log(logs: Any, failed_step: Any) -> str | None:
     return logs.get("export") or next(iter(logs.values()), None)
 
 
-def _runs(diffs: Any, tolerance: Any) -> tuple[float | None, float | None]:
-    """The lowest and highest margin of a check repeated near its limit; (None, None) for a single run."""
-    if not isinstance(diffs, list) or len(diffs) < 2 or not isinstance(tolerance, int | float) or not tolerance:
-        return None, None
-    return min(diffs) / tolerance, max(diffs) / tolerance
-
-
 def _read_cell(path: str) -> tuple[tuple, list[tuple]] | None:
     """(row, earlier attempts' check numbers) of one record.json; None when there is none."""
     data = _read(path)
@@ -125,34 +118,22 @@ def _read_cell(path: str) -> tuple[tuple, list[tuple]] | None:
 
 
 def load_records(out_dir: Path, workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cells, history): one row per cell with a record, and the check numbers of their earlier attempts.
-
-    workers > 1 (collect.read_threads) reads with that many threads: worth it where reads wait on the network
-    (NFS, Lustre); on a local, page-cached disk the JSON parse holds the GIL and threads only add switching.
-    """
+    """(cells, history): one row per cell with a record (each column of one type), and the check numbers of
+    their earlier attempts. Threads (collect.read_threads) help only where reads wait on network storage."""
     paths = record_paths(out_dir)
     if workers > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             read = [r for r in pool.map(_read_cell, paths) if r is not None]
     else:
         read = [r for r in map(_read_cell, paths) if r is not None]
-    return typed_cells([row for row, _ in read]), typed_history([past for _, h in read for past in h])
-
-
-def typed_cells(rows: list[tuple]) -> pd.DataFrame:
-    """The cells frame with each column's one type (numbers float, attempt int, names str)."""
-    cells = pd.DataFrame.from_records(rows, columns=list(COLUMNS))
+    cells = pd.DataFrame.from_records([row for row, _ in read], columns=list(COLUMNS))
     for column in NUMBERS:
         cells[column] = pd.to_numeric(cells[column], errors="coerce").astype("float64")
     cells["attempt"] = pd.to_numeric(cells["attempt"], errors="coerce").fillna(1).astype("int64")
     for column in ("id", "policy", "gpu", "torch", "status", "fixes", "versions", *TEXTS):
         cells[column] = cells[column].astype("str")  # missing texts stay missing
     cells["reproduced"] = cells["reproduced"].astype(object)
-    return cells
-
-
-def typed_history(rows: list[tuple]) -> pd.DataFrame:
-    past = pd.DataFrame.from_records(rows, columns=list(HISTORY_COLUMNS))
+    history = pd.DataFrame.from_records([past for _, h in read for past in h], columns=list(HISTORY_COLUMNS))
     for column in ("max_diff", "tolerance"):
-        past[column] = pd.to_numeric(past[column], errors="coerce").astype("float64")
-    return past
+        history[column] = pd.to_numeric(history[column], errors="coerce").astype("float64")
+    return cells, history

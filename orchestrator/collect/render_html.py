@@ -9,10 +9,8 @@ from collections import namedtuple
 from html import escape
 from urllib.parse import quote
 
-import pandas as pd
-
 from .failure_summary import named_rows
-from .render_md import LEGEND, MAX_CELLS_LISTED, REPROS_HEAD, Summary, num, repro_cells, rerun_commands
+from .render_md import LEGEND, REPROS_HEAD, Summary, listed, num, repro_cells, rerun_commands
 from .settings import Settings
 
 MAX_CELL_ROWS = 2000  # the per-cell table; a larger sweep lists only its first cells (cells.csv has them all)
@@ -51,21 +49,15 @@ def render(summary: Summary, settings: Settings) -> str:
            f"<h1>Export matrix</h1><p>{summary.records} records"
            + (f"; the newest ended {escape(summary.newest)}" if summary.newest else "") + ".</p>",
            "<table><tr><th>policy</th>"]
-    out += [f"<th>{escape(settings.gpu_label(g))}</th>" for g in summary.gpus]
-    out.append("</tr>")
+    out += [*(f"<th>{escape(settings.gpu_label(g))}</th>" for g in summary.gpus), "</tr>"]
     for policy in summary.policies:
-        cells = summary.html[policy]
-        out.append(f"<tr><th>{escape(policy)}</th>")
-        out += [cells.get(gpu, "<td></td>") for gpu in summary.gpus]
-        out.append("</tr>")
+        out += [f"<tr><th>{escape(policy)}</th>", *(summary.html[policy].get(g, "<td></td>") for g in summary.gpus),
+                "</tr>"]
     out += ["</table>", f"<p>{escape(LEGEND.format(at_limit=settings.at_limit))}</p>"]
     if summary.new_failures:
-        out.append("<h2>New failures</h2><p>No entry of the failure catalog matches them.</p><ul>")
-        for error, ids in summary.new_failures:
-            links = ", ".join(_link(summary.logs.get(i), i) for i in ids[:MAX_CELLS_LISTED])
-            more = f" and {len(ids) - MAX_CELLS_LISTED} more" if len(ids) > MAX_CELLS_LISTED else ""
-            out.append(f'<li><code class="err">{escape(error)}</code> ({links}{more})</li>')
-        out.append("</ul>")
+        out += ["<h2>New failures</h2><p>No entry of the failure catalog matches them.</p><ul>",
+                *(f'<li><code class="err">{escape(error)}</code> ({listed(cells, lambda c: _link(c[1], c[0]))})</li>'
+                  for error, cells in summary.new_failures), "</ul>"]
     if summary.undecided:
         out.append("<h2>Undecided</h2><p>Nothing judged the export of these cells; they are not failures.</p><ul>")
         out += [f"<li>{escape(cell)}: {escape(why)}</li>" for cell, why, _ in summary.undecided]
@@ -85,15 +77,11 @@ def render(summary: Summary, settings: Settings) -> str:
                        + "</tr>")
         out.append("</table>")
     if summary.builds:
-        out.append("<h2>Torch builds</h2><ul>")
-        for build, fixes, versions in summary.builds:
-            shown = "; ".join(f"{v} ({n} cells)" if len(versions) > 1 else v for v, n in versions)
-            out.append(f"<li><b>{escape(build)}</b> ({escape(fixes)}): {escape(shown)}</li>")
-        out.append("</ul>")
+        out += ["<h2>Torch builds</h2><ul>", *(f"<li><b>{escape(b)}</b> ({escape(fixes)}): {escape(shown)}</li>"
+                                               for b, fixes, shown in summary.builds), "</ul>"]
     if summary.gpu_versions:
-        out.append("<h2>GPUs</h2><ul>")
-        out += [f"<li><b>{escape(settings.gpu_label(g))}</b>: {escape(t)}</li>" for g, t in summary.gpu_versions]
-        out.append("</ul>")
+        out += ["<h2>GPUs</h2><ul>", *(f"<li><b>{escape(settings.gpu_label(g))}</b>: {escape(t)}</li>"
+                                       for g, t in summary.gpu_versions), "</ul>"]
     out.append(_cells_table(summary))
     out.append(SCRIPT)
     out.append("</body></html>")
@@ -104,11 +92,16 @@ CELL_COLUMNS = ("cell", "status", "step", "failures", "difference / tolerance", 
                 "peak GPU MiB", "check", "attempt", "error")
 
 
+_CellRow = namedtuple("_CellRow", ["id", "log", "status", "failed_step", "failures", "max_diff", "tolerance",
+                                   "margin", "speedup", "exported_ms", "peak_gpu_mib", "check", "attempt", "error"])
+
+
 def _cells_table(summary: Summary) -> str:
     """Every cell with its detail, sortable by any column and filtered by status or failure row (inline script)."""
-    rows = summary.cell_rows[:MAX_CELL_ROWS]
-    statuses = sorted({status for _, status, _ in rows})
-    failures = sorted({f for _, _, text in rows for f in text.split()}, key=_failure_order)
+    rows = list(named_rows(summary.cells, _CellRow))
+    statuses = sorted({row.status for row in rows})
+    failures = sorted({f for row in rows for f in _str(row.failures).split()},
+                      key=lambda f: (int(f), "") if f.isdigit() else (10**9, f))
     out = [f"<h2>Cells</h2><p>{summary.records} cells"
            + (f", the first {MAX_CELL_ROWS} shown (cells.csv has them all)" if summary.records > MAX_CELL_ROWS
               else "")
@@ -120,19 +113,7 @@ def _cells_table(summary: Summary) -> str:
            + "</select></label></p>",
            '<table id="cells" class="sortable"><thead><tr>'
            + "".join(f"<th>{escape(c)}</th>" for c in CELL_COLUMNS) + "</tr></thead><tbody>"]
-    out += [html for html, _, _ in rows]
-    out.append("</tbody></table>")
-    return "\n".join(out)
-
-
-_CellRow = namedtuple("_CellRow", ["id", "log", "status", "failed_step", "failures", "max_diff", "tolerance",
-                                   "margin", "speedup", "exported_ms", "peak_gpu_mib", "check", "attempt", "error"])
-
-
-def cell_rows(cells: pd.DataFrame) -> list[str]:
-    """Each cell's row of the cells table."""
-    out = []
-    for row in named_rows(cells, _CellRow):
+    for row in rows:
         diff = f"{num(row.max_diff)} / {num(row.tolerance)}" if num(row.max_diff) else ""
         out.append(f'<tr data-status="{escape(row.status)}" data-failures="{escape(_str(row.failures))}">'
                    f"<td>{_link(row.log, row.id)}</td><td>{escape(row.status)}</td>"
@@ -141,11 +122,8 @@ def cell_rows(cells: pd.DataFrame) -> list[str]:
                    f"<td>{escape(num(row.exported_ms))}</td><td>{escape(num(row.peak_gpu_mib))}</td>"
                    f"<td>{escape(_str(row.check))}</td><td>{escape(_str(row.attempt))}</td>"
                    f'<td class="err">{escape(_str(row.error))}</td></tr>')
-    return out
-
-
-def _failure_order(failure_id: str) -> tuple[int, str]:
-    return (int(failure_id), "") if failure_id.isdigit() else (10**9, failure_id)
+    out.append("</tbody></table>")
+    return "\n".join(out)
 
 
 SCRIPT = """

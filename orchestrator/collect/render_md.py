@@ -1,8 +1,6 @@
 """matrix.md: the tracking table as GitHub Markdown, to paste into the tracking issue as it is.
 
-The matrix (one row per policy, one column per GPU), the failures no catalog entry knows, the failure summary
-(the seed's table, rebuilt from the catalog and the cells seen), the "Policy to failure:" line, then the torch
-builds and versions the records carry. No timestamps: the same records give the same bytes (`--check`).
+No timestamps: the same records give the same bytes (`--check`).
 """
 
 from __future__ import annotations
@@ -13,6 +11,8 @@ import re
 import shlex
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+
+import pandas as pd
 
 from .failure_summary import order
 from .settings import Settings
@@ -27,8 +27,8 @@ MAX_ERROR_CHARS = 300
 REPROS_HEAD = ("Standalone repros (orchestrator/repros/): does the row's failure still show on each GPU and build "
                "that ran it? A row that stops reproducing after a build change may be fixed.")
 MAX_CELLS_LISTED = 5
-_MD_CHARACTERS = "\\`*[]|~$"
-_MD_SPECIAL = re.compile(f"([{re.escape(_MD_CHARACTERS)}])")
+MAIN_VERSIONS = ("torch", "executorch", "lerobot", "transformers", "python")  # named first, in this order
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|~$])")
 _PLAIN = re.compile(r"[A-Za-z0-9.,:/+=()#-]*")  # a single line with no character md_text escapes
 _LONE_UNDERSCORE = re.compile(r"_(?:(?<![A-Za-z0-9]_)|(?![A-Za-z0-9]))")  # not after or not before a letter/digit
 
@@ -43,6 +43,12 @@ def md_text(text: object, limit: int | None = None) -> str:
         flat = flat[:limit - 1] + "…"
     flat = _MD_SPECIAL.sub(r"\\\1", flat).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _LONE_UNDERSCORE.sub(r"\\_", flat)
+
+
+def listed(cells: list, show) -> str:
+    """The first MAX_CELLS_LISTED cells, each as show(cell) makes it, and how many more there are."""
+    more = f" and {len(cells) - MAX_CELLS_LISTED} more" if len(cells) > MAX_CELLS_LISTED else ""
+    return ", ".join(show(c) for c in cells[:MAX_CELLS_LISTED]) + more
 
 
 def repro_cells(row: dict, settings: Settings) -> list[str]:
@@ -71,10 +77,7 @@ def cell_text(row: dict) -> str:
         pieces.append(row["failures"])  # what the finished builds hit so far
     if num(row["max_diff"]) and num(row["tolerance"]):
         numbers = f"{num(row['max_diff'])} / {num(row['tolerance'])}"
-        if label:
-            pieces.append(numbers)
-        else:
-            pieces[0] = f"{head} {numbers}"
+        pieces = [*pieces, numbers] if label else [f"{head} {numbers}"]  # beside the symbol when it has no label
     if isinstance(row.get("check"), str) and row["check"] and row["check"] != "none":
         pieces.append(f"checked by {row['check']}")  # the embedded CUDA exporter's: executorch or aoti
     if row["slow"]:
@@ -96,14 +99,13 @@ class Summary:
     html: dict[str, dict[str, str]]  # policy -> gpu -> its report.html cell
     records: int  # policy export cells
     newest: str  # the latest ended_at of their records
-    new_failures: list[tuple[str, list[str]]]  # (first error line, cell ids)
-    logs: dict[str, str | None]  # cell id -> its log, for the cells of new failures
+    new_failures: list[tuple[str, list[tuple[str, str | None]]]]  # (first error line, [(cell id, its log)])
     failure_rows: list[tuple[str, str, str, str, str]]  # (#, failure, policies, repro, fixed by)
     policy_line: str
-    builds: list[tuple[str, str, list[tuple[str, int]]]]  # (build, fixes text, [(versions text, cells)])
+    builds: list[tuple[str, str, str]]  # (build, fixes text, its versions and how many cells carry each)
     gpu_versions: list[tuple[str, str]]
     repros: list[dict]  # repros.csv's rows: the standalone repros and whether each still reproduces
-    cell_rows: list[list[str]]  # [html, status, failures] of the first cells in id order (report.html)
+    cells: pd.DataFrame  # the first cells in id order, report.html's cells table
     undecided: list[tuple[str, str, str]]  # (cell id, why, exporter) of the cells nothing judged, in id order
 
 
@@ -117,39 +119,37 @@ def rerun_commands(undecided: list[tuple[str, str, str]], settings: Settings) ->
                         *([f"exporter={exporter}"] if exporter else [])]) for exporter, cells in by_exporter.items()]
 
 
-def build_versions(counts: list[tuple[str, str, int]], fixes: dict[str, str],
-                   settings: Settings) -> list[tuple[str, str, list[tuple[str, int]]]]:
-    """Each torch build, its fixes, and the distinct versions its records carry (with how many cells), from
-    (build, versions, cells) first seen first and each build's fixes."""
+def build_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, str, str]]:
+    """Each torch build, its fixes, and the distinct versions its records carry (with how many cells, most
+    first), first seen first."""
     out: dict[str, Counter[str]] = defaultdict(Counter)  # versions that differ only in gpu_* fields read the same
-    for build, versions, count in counts:
+    for (build, versions), count in cells.groupby(["torch", "versions"], sort=False).size().items():
         data = json.loads(versions) if versions else {}
-        shown = [f"{k} {data[k]}" for k in ("torch", "executorch", "lerobot", "transformers", "python")
-                 if data.get(k)]
-        shown += [f"{k} {v}" for k, v in sorted(data.items())
-                  if k not in {"torch", "executorch", "lerobot", "transformers", "python"}
-                  and not k.startswith("gpu_") and v]
+        shown = [f"{k} {data[k]}" for k in MAIN_VERSIONS if data.get(k)]
+        shown += [f"{k} {v}" for k, v in sorted(data.items()) if k not in MAIN_VERSIONS and not k.startswith("gpu_")
+                  and v]
         out[build][", ".join(shown) or "no versions recorded"] += int(count)
+    fixes = cells.groupby("torch", sort=False)["fixes"].last()
     result = []
     for build in sorted(out, key=order(settings.builds)):
         fix_text = ", ".join(fixes[build].split())
-        counted = sorted(out[build].items(), key=lambda v: -v[1])
-        result.append((build, f"with {fix_text}" if fix_text else "stock torch", counted))
+        counted = out[build].most_common()
+        shown = "; ".join(f"{v} ({n} cells)" if len(counted) > 1 else v for v, n in counted)
+        result.append((build, f"with {fix_text}" if fix_text else "stock torch", shown))
     return result
 
 
-def gpu_versions(pairs: list[tuple[str, str]], settings: Settings) -> list[tuple[str, str]]:
-    """What NVML reported for each GPU column (name, capability, driver), from its distinct (gpu, versions)."""
+def gpu_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, str]]:
+    """What NVML reported for each GPU column (name, capability, driver), from its cells' distinct versions."""
     seen: dict[str, list[str]] = {}
-    for gpu, versions in pairs:
+    for gpu, versions in cells[["gpu", "versions"]].drop_duplicates().itertuples(index=False, name=None):
         data = json.loads(versions) if versions else {}
         text = ", ".join(str(data[k]) if k != "gpu_driver" else f"driver {data[k]}"
                          for k in ("gpu_name", "gpu_capability", "gpu_driver") if data.get(k))
         texts = seen.setdefault(gpu, [])
         if text and text not in texts:
             texts.append(text)
-    result = [(gpu, "; ".join(texts)) for gpu, texts in seen.items() if texts]
-    return sorted(result, key=lambda item: order(settings.gpus)(item[0]))
+    return [(gpu, "; ".join(seen[gpu])) for gpu in sorted(seen, key=order(settings.gpus)) if seen[gpu]]
 
 
 def render(summary: Summary, settings: Settings) -> str:
@@ -157,16 +157,13 @@ def render(summary: Summary, settings: Settings) -> str:
              " -->"]
     lines.append("| policy | " + " | ".join(md_text(settings.gpu_label(g)) for g in summary.gpus) + " |")
     lines.append("| --- |" + " --- |" * len(summary.gpus))
-    for policy in summary.policies:
-        cells = summary.md[policy]
-        lines.append(f"| {md_text(policy)} | " + " | ".join([cells.get(g, "") for g in summary.gpus]) + " |")
+    lines += [f"| {md_text(policy)} | " + " | ".join([summary.md[policy].get(g, "") for g in summary.gpus]) + " |"
+              for policy in summary.policies]
     lines += ["", LEGEND.format(at_limit=settings.at_limit)]
     if summary.new_failures:
         lines += ["", "**New failures** (no entry of the failure catalog matches them):", ""]
-        for error, ids in summary.new_failures:
-            shown = ", ".join(md_text(i) for i in ids[:MAX_CELLS_LISTED])
-            more = f" and {len(ids) - MAX_CELLS_LISTED} more" if len(ids) > MAX_CELLS_LISTED else ""
-            lines.append(f"- {md_text(error, MAX_ERROR_CHARS)} ({shown}{more})")
+        lines += [f"- {md_text(error, MAX_ERROR_CHARS)} ({listed(cells, lambda c: md_text(c[0]))})"
+                  for error, cells in summary.new_failures]
     if summary.undecided:
         lines += ["", "**Undecided** (nothing judged the export; these are not failures):", ""]
         lines += [f"- {md_text(cell)}: {md_text(why)}" for cell, why, _ in summary.undecided]
@@ -181,9 +178,7 @@ def render(summary: Summary, settings: Settings) -> str:
                   for r in summary.repros]
     if summary.builds:
         lines += ["", "Torch builds:", ""]
-        for build, fixes, versions in summary.builds:
-            shown = "; ".join(f"{v} ({n} cells)" if len(versions) > 1 else v for v, n in versions)
-            lines.append(f"- {md_text(build)} ({md_text(fixes)}): {md_text(shown)}")
+        lines += [f"- {md_text(build)} ({md_text(fixes)}): {md_text(shown)}" for build, fixes, shown in summary.builds]
     if summary.gpu_versions:
         lines += ["", "GPUs:", ""]
         lines += [f"- {md_text(settings.gpu_label(g))}: {md_text(text)}" for g, text in summary.gpu_versions]

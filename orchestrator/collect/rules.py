@@ -1,22 +1,14 @@
 """The ✅/🟡/❌/⏸ rules: each cell's outcome, failures and marks, then one row per policy x gpu.
 
-A cell's outcome is a **verdict** when the export itself decided it (passed, failed, oom), or **undecided** when
-nothing judged the export (an error in setup, env or launcher; cancelled, killed, SIGINT/SIGTERM; a timeout; an
-export that compiled but that no runtime could run, `check: none`).
-A process that crashed (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) is a verdict; one killed from outside (SIGKILL,
-SIGTERM, SIGINT) is not. A catalog entry with `decides: true` makes a matching timeout, kill or error a verdict.
+A cell's outcome is a **verdict** when the export itself decided it (passed, failed, oom, crashed with SIGSEGV,
+SIGABRT, SIGBUS, SIGFPE or SIGILL), or **undecided** when nothing judged the export (an error in setup, env or
+launcher; cancelled or killed from outside; a timeout; `check: none`, an export that no runtime could run). A catalog
+entry with `decides: true` makes a matching timeout, kill or error a verdict. Only verdicts decide a symbol
+(render_md.LEGEND says what each means).
 
-✅ pass       a stock build (a torch build whose `fixes` is empty) passed
-🟡 patched    no stock build passed, a patched one did (`build` names it, `fixes` shows its fixes)
-❌ fail       some build reached a failing verdict and none passed
-⏸ undecided  no build reached a verdict (the reason of the first shown: `timeout 9 min`, `cancelled`, ...)
-⏳ running    nothing passed yet and some builds are pending or running: in progress, not a failure
-— missing    the matrix names this policy x gpu and there is no record
-
-A symbol is decided by the verdict builds only. The numbers of a policy x gpu come from the cell that decided
-its symbol: the first stock build that passed; else the first patched build that passed; else the failed build
-that got as far as the check (smallest margin), else the first stock build. `failures` is every catalog id seen
-across the builds; `primary` only the deciding cell's.
+The numbers of a policy x gpu come from the cell that decided its symbol: the first stock build that passed; else
+the first patched build that passed; else the failed build that got as far as the check (smallest margin), else
+the first stock build. `failures` is every catalog id seen across the builds; `primary` only the deciding cell's.
 """
 
 from __future__ import annotations
@@ -52,37 +44,22 @@ def join_ids(flags: pd.DataFrame, ids: list[str]) -> pd.Series:
     return pd.Series([" ".join(compress(ids, row)) for row in bits], index=flags.index, dtype=object)
 
 
-def first_line(text: pd.Series) -> pd.Series:
-    lines = text.fillna("").astype(str).str.strip().str.split("\n").str[0].str.strip()
-    return lines.where(lines != "", None)
-
-
-def with_fixes(cells: pd.DataFrame, settings: Settings) -> pd.DataFrame:
-    """The cells with their effective fixes (the config's for a build it names, else the record's) and whether
-    that makes them stock."""
-    configured = cells["torch"].map({name: " ".join(fixes) for name, fixes in settings.build_fixes.items()})
-    cells["fixes"] = configured.fillna(cells["fixes"]).fillna("").astype(str)
-    cells["stock"] = cells["fixes"].str.strip() == ""
-    return cells
-
-
 def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     """Each cell with its effective fixes, stock flag, marks (slow, at limit) and catalog flags."""
     catalog = settings.catalog
-    df = with_fixes(cells.copy(), settings)
+    df = cells.copy()
+    configured = df["torch"].map({name: " ".join(fixes) for name, fixes in settings.build_fixes.items()})
+    df["fixes"] = configured.fillna(df["fixes"]).fillna("").astype(str)  # the config's, for a build it names
+    df["stock"] = df["fixes"].str.strip() == ""
     df["passed"] = df["status"] == "passed"
     df["unfinished"] = df["status"].isin(UNFINISHED)
     df["unreadable"] = df["status"] == UNREADABLE
     ended = ~(df["passed"] | df["unfinished"] | df["unreadable"])
-    ratio = (df["max_diff"] / df["tolerance"]).where(df["tolerance"] > 0)
-    df["margin"] = df["margin"].fillna(ratio)
-    repeated = df["runs_low"].notna()
-    df["runs"] = None  # "0.63–1.27": the margins of a check repeated near its limit, lowest to highest
-    if repeated.any():
-        df.loc[repeated, "runs"] = [f"{low:.2f}–{high:.2f}" for low, high in
-                                    zip(df.loc[repeated, "runs_low"], df.loc[repeated, "runs_high"], strict=True)]
-    repeated_straddle = (df["runs_low"] <= 1) & (df["runs_high"] > 1)
-    df["straddle"] = df["id"].isin(_straddling(df, history)) | repeated_straddle
+    df["margin"] = df["margin"].fillna((df["max_diff"] / df["tolerance"]).where(df["tolerance"] > 0))
+    # "0.63–1.27": the margins of a check repeated near its limit, lowest to highest
+    df["runs"] = [None if low != low else f"{low:.2f}–{high:.2f}"
+                  for low, high in zip(df["runs_low"].tolist(), df["runs_high"].tolist(), strict=True)]
+    df["straddle"] = df["id"].isin(_straddling(df, history)) | ((df["runs_low"] <= 1) & (df["runs_high"] > 1))
     df["at_limit"] = (df["margin"] >= settings.at_limit) | df["straddle"]
     df["slow"] = df["speedup"] < settings.slow_below
 
@@ -102,10 +79,9 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     df["outcome"] = np.select([df["failing"] | df["passed"], undecided], ["verdict", "undecided"], "")
     df["reason"] = None
     df.loc[undecided, "reason"] = _reasons(df[undecided])
-    for failure_id in catalog.signal_ids("slow"):
-        flags[flag_column(failure_id)] |= df["slow"]
-    for failure_id in catalog.signal_ids("at_limit"):
-        flags[flag_column(failure_id)] |= df["at_limit"]
+    for entry in catalog.entries:  # an entry with a signal flags the cells with that mark
+        if entry.signal:
+            flags[entry.column] |= df[entry.signal]
     flags[flag_column(NEW)] = df["failing"] & ~flags[by_error].any(axis=1)
     df = pd.concat([df, flags], axis=1)
     df["failures"] = join_ids(df, [*catalog.ids, NEW])
@@ -113,13 +89,13 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     step = df.loc[new, "failed_step"]
     fallback = "status " + df.loc[new, "status"] + (" in step " + step.fillna("").astype(str)).where(step.notna(), "")
     df["new_error"] = None
-    df.loc[new, "new_error"] = first_line(df.loc[new, "error"]).fillna(fallback)
+    first_line = df.loc[new, "error"].fillna("").astype(str).str.strip().str.split("\n").str[0].str.strip()
+    df.loc[new, "new_error"] = first_line.where(first_line != "", fallback)
     return df
 
 
 def _reasons(df: pd.DataFrame) -> list[str]:
-    """Why each undecided cell decided nothing, in a few words: `timeout 9 min`, `cancelled`, `env build
-    failed`, `killed SIGKILL`, `setup error`."""
+    """Why each undecided cell decided nothing: `timeout 9 min`, `cancelled`, `killed SIGKILL`, `setup error`."""
     reasons = []
     for status, step, error in zip(*(df[c].tolist() for c in ("status", "failed_step", "error")), strict=True):
         text = error if isinstance(error, str) else ""
@@ -142,8 +118,7 @@ def _reasons(df: pd.DataFrame) -> list[str]:
 
 
 def _straddling(df: pd.DataFrame, history: pd.DataFrame) -> pd.Index:
-    """Cells whose runs (this one and earlier attempts) landed on both sides of the tolerance: only cells with
-    earlier attempts can."""
+    """Cells whose runs (this one and earlier attempts) landed on both sides of the tolerance."""
     checks = pd.concat([df.loc[df["id"].isin(history["id"]), ["id", "max_diff", "tolerance"]],
                         history[["id", "max_diff", "tolerance"]]]).dropna(subset=["max_diff", "tolerance"])
     over = (checks["max_diff"] > checks["tolerance"]).groupby(checks["id"]).agg(["any", "all"])
@@ -178,9 +153,7 @@ def build_matrix(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     for column in ("slow", "at_limit", "in_progress"):
         matrix[column] = matrix[column].fillna(False).astype(bool)
     matrix["builds"] = matrix["builds"].fillna(0).astype("int64")
-    matrix = matrix.assign(_p=_ranks(matrix["policy"], settings.policies), _g=_ranks(matrix["gpu"], settings.gpus))
-    matrix = matrix.sort_values(["_p", "_g"], kind="stable")
-    return matrix[MATRIX_COLUMNS].reset_index(drop=True)
+    return _in_table_order(matrix[MATRIX_COLUMNS], settings, "policy", "gpu").reset_index(drop=True)
 
 
 def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
@@ -212,9 +185,8 @@ def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
                                  ["pass", "unreadable", "patched", "running", "fail"], "undecided")
     matrix["reason"] = matrix["reason"].where(matrix["status"] == "undecided", None)
     # A patched pass can still turn ✅ while a stock build runs; anything but ✅ can while any build runs.
-    matrix["in_progress"] = np.where(matrix["status"] == "pass", False,
-                                     np.where(matrix["status"] == "patched", matrix["stock_unfinished"],
-                                              matrix["unfinished"]))
+    matrix["in_progress"] = np.select([matrix["status"] == "pass", matrix["status"] == "patched"],
+                                      [False, matrix["stock_unfinished"]], matrix["unfinished"])
     return matrix.reset_index()
 
 
@@ -222,17 +194,14 @@ def repro_table(repros: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     """repros.csv: per standalone repro cell, whether its failure still shows there (`yes`, `no`, `n/a` when it
     cannot show on that GPU or build, else the cell's status when it did not finish), in row and table order."""
     out = repros.assign(row=repros["repro_row"].astype(str), summary=repros["repro_summary"])
-    verdict = out["reproduced"].map({True: "yes", False: "no"})
-    finished = out["status"] == "passed"
-    out["reproduces"] = np.where(finished, verdict.fillna("n/a"), out["status"])
-    out = out.assign(_g=_ranks(out["gpu"], settings.gpus), _b=_ranks(out["torch"], settings.builds))
-    out = out.sort_values(["row", "_g", "_b", "torch"], kind="stable")
-    return out[REPRO_COLUMNS].reset_index(drop=True)
+    verdict = out["reproduced"].map({True: "yes", False: "no"}).fillna("n/a")
+    out["reproduces"] = np.where(out["status"] == "passed", verdict, out["status"])
+    return _in_table_order(out[REPRO_COLUMNS], settings, "row", "gpu", "torch").reset_index(drop=True)
 
 
 def short_fixes(fixes: str) -> str:
-    """"pytorch/pytorch#202785 pytorch/executorch#19924" -> "#202785 executorch#19924": torch's PRs are the
-    table's usual fixes; another repository keeps its name, so its number is not read as a torch PR."""
+    """"pytorch/pytorch#202785 pytorch/executorch#19924" -> "#202785 executorch#19924": another repository keeps
+    its name, so its number is not read as a torch PR."""
     short = []
     for fix in fixes.split():
         repo, sep, number = fix.rpartition("#")
@@ -243,7 +212,11 @@ def short_fixes(fixes: str) -> str:
 
 def cells_table(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     """cells.csv: one row per cell, in table order."""
-    order = pd.DataFrame({"_p": _ranks(df["policy"], settings.policies), "_g": _ranks(df["gpu"], settings.gpus),
-                          "_b": _ranks(df["torch"], settings.builds), "torch": df["torch"]})
-    order = order.sort_values(["_p", "_g", "_b", "torch"], kind="stable")  # only the keys move: texts are big
-    return df[CELL_COLUMNS].take(order.index.to_numpy()).reset_index(drop=True)
+    return _in_table_order(df[CELL_COLUMNS], settings, "policy", "gpu", "torch").reset_index(drop=True)
+
+
+def _in_table_order(df: pd.DataFrame, settings: Settings, *keys: str) -> pd.DataFrame:
+    """df sorted by keys, policies, GPUs and builds in the configured order; only the keys move (texts are big)."""
+    orders = {"policy": settings.policies, "gpu": settings.gpus, "torch": settings.builds}
+    ranks = pd.DataFrame({k: _ranks(df[k], orders[k]) if k in orders else df[k] for k in keys})
+    return df.loc[ranks.sort_values(list(keys), kind="stable").index]

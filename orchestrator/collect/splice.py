@@ -10,39 +10,29 @@ START = "<!-- export-matrix:start -->"
 END = "<!-- export-matrix:end -->"
 
 
-class SpliceError(ConfigError):
-    """FILE cannot take the table (no markers, markers out of order); the message is one line."""
+def splice_file(path: Path, table: str) -> tuple[bytes, bytes]:
+    """(current bytes, the bytes with table between START and END) of path; a one-line ConfigError if it cannot.
 
-
-def splice(original: bytes, table: str, name: str = "FILE") -> bytes:
-    """original with the bytes between START and END replaced by table (a line of its own after START).
-
-    Works on bytes so nothing outside the markers is decoded or re-encoded; the table takes the file's line
-    endings (CRLF if the file uses them).
+    Bytes, so nothing outside the markers is decoded or re-encoded; the table takes the file's line endings.
     """
+    try:
+        original = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"--into {path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--into {path}: is a directory") from None
     start, end = START.encode(), END.encode()
     starts, ends = original.count(start), original.count(end)
     if starts == 0 or ends == 0:
-        raise SpliceError(f"{name} has no {START} ... {END} markers to put the table between")
+        raise ConfigError(f"{path} has no {START} ... {END} markers to put the table between")
     if starts > 1 or ends > 1:
-        raise SpliceError(f"{name} has {starts} start and {ends} end markers; keep exactly one pair")
+        raise ConfigError(f"{path} has {starts} start and {ends} end markers; keep exactly one pair")
     head = original.index(start) + len(start)
     tail = original.index(end)
     if tail < head:
-        raise SpliceError(f"{name}: {END} comes before {START}")
+        raise ConfigError(f"{path}: {END} comes before {START}")
     newline = b"\r\n" if b"\r\n" in original else b"\n"
     body = table.encode().replace(b"\n", newline)
     if not body.endswith(newline):
         body += newline
-    return original[:head] + newline + body + original[tail:]
-
-
-def splice_file(path: Path, table: str) -> tuple[bytes, bytes]:
-    """(current bytes, spliced bytes) of path; raises SpliceError with one line if it cannot be done."""
-    try:
-        original = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise SpliceError(f"--into {path}: no such file") from None
-    except IsADirectoryError:
-        raise SpliceError(f"--into {path}: is a directory") from None
-    return original, splice(original, table, str(path))
+    return original, original[:head] + newline + body + original[tail:]

@@ -1,8 +1,6 @@
-"""Every output of a collect, computed from the classified cells in one pass: the CSV files and what the
-renderers (render_md, render_html) show.
+"""Every output of a collect from the classified cells: the CSV files and what render_md and render_html show.
 
-Cells arrive in id order (policy/gpu/torch), so what is listed "first seen first" (new failures, builds,
-versions) follows that order; the matrix comes in table order (the config's, then recorded names sorted).
+Cells arrive in id order, so what is listed "first seen first" (new failures, builds, versions) follows it.
 """
 
 from __future__ import annotations
@@ -63,30 +61,16 @@ def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, se
     policies = list(md)  # the matrix is in table order
     recorded_gpus = set(matrix["gpu"])
     gpus = [g for g in dict.fromkeys([*settings.gpus, *sorted(recorded_gpus)]) if g in recorded_gpus]
-    new_failures: dict[str, list[str]] = {}
-    logs: dict[str, str | None] = {}
-    builds: list[tuple[str, str, int]] = []
-    fixes: dict[str, str] = {}
-    pairs: list[tuple[str, str]] = []
-    rows: list[list[str]] = []
-    if len(cells):
-        new = cells[cells[flag_column(NEW)]]
-        for error, cell, log in zip(*columns(new, "new_error", "id", "log"), strict=True):
-            new_failures.setdefault(str(error), []).append(cell)
-            logs[cell] = log
-        counts = cells.groupby(["torch", "versions"], sort=False).size()
-        builds = [(build, versions, int(n)) for (build, versions), n in counts.items()]
-        fixes = cells.groupby("torch", sort=False)["fixes"].last().to_dict()
-        pairs = list(cells[["gpu", "versions"]].drop_duplicates().itertuples(index=False, name=None))
-        shown = cells.head(render_html.MAX_CELL_ROWS)
-        rows = [[text, status, "" if failures is None else str(failures)] for text, status, failures in
-                zip(render_html.cell_rows(shown), *columns(shown, "status", "failures"), strict=True)]
+    new_failures: dict[str, list[tuple[str, str | None]]] = {}
+    new = cells[cells[flag_column(NEW)]]
+    for error, cell, log in zip(*columns(new, "new_error", "id", "log"), strict=True):
+        new_failures.setdefault(str(error), []).append((cell, log))
     failure_rows, policy_line = summarize(matrix, cells, settings)
     return Summary(
         policies=policies, gpus=gpus, md=md, html=html, records=len(cells),
-        newest=max((s for s in cells["ended_at"].tolist() if isinstance(s, str)), default="") if len(cells) else "",
-        new_failures=list(new_failures.items()), logs=logs, failure_rows=failure_rows,
-        policy_line=policy_line, builds=build_versions(builds, fixes, settings),
-        gpu_versions=gpu_versions(pairs, settings), repros=repros.to_dict("records"), cell_rows=rows,
+        newest=max((s for s in cells["ended_at"].tolist() if isinstance(s, str)), default=""),
+        new_failures=list(new_failures.items()), failure_rows=failure_rows, policy_line=policy_line,
+        builds=build_versions(cells, settings), gpu_versions=gpu_versions(cells, settings),
+        repros=repros.to_dict("records"), cells=cells.head(render_html.MAX_CELL_ROWS),
         undecided=list(zip(*columns(cells[cells["outcome"] == "undecided"], "id", "reason", "exporter"),
-                           strict=True)) if len(cells) else [])
+                           strict=True)))
