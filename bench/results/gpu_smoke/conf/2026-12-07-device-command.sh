@@ -1,25 +1,15 @@
 # The first device call of 2026-12-07 (the matrix's GPU is the card the machine has: h100 or h200), run from the repository root with .whl carried: pi05 on the embedded
 # build detached (scripts/device-detach; later calls follow it with scripts/device-wait), and meanwhile tdmpc on
 # `local` and act on `et19924` (ExecuTorch 1.2.0 with #19924's hunk applied to a copy, as on 2026-12-04) for
-# their speedups on the H100. Kept as it ran.
+# their speedups on the H100. Not run: no device machine on 2026-12-07.
 set -u
 S=/tmp/export-matrix-site
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && echo h200 || echo h100)
 echo "gpu: $gpu"
 scripts/offline-env .whl true
 scripts/device-detach sweep matrix=gpu_smoke "matrix.gpus=[$gpu]" exporter=executorch_cuda policy=pi05 launcher.parallel=1
-mkdir -p /tmp/et19924 /tmp/cd/torch "$OUT/tdmpc" "$OUT/act"
-cp -a $S/executorch /tmp/et19924/
-F=/tmp/et19924/executorch/backends/aoti/passes/replace_view_copy_with_view.py
-python3 - "$F" <<'PY'
-import sys
-p = sys.argv[1]; t = open(p).read()
-old = "    ops.edge.aten.select_copy.int: ops.edge.aten.select.int,\n"
-new = old + "    torch.ops.aten.split_copy.Tensor: torch.ops.aten.split.Tensor,\n    ops.edge.aten.split_copy.Tensor: ops.edge.aten.split.Tensor,\n"
-assert t.count(old) == 1, "anchor not found"
-open(p, "w").write(t.replace(old, new))
-PY
-printf 'python: null\nfixes: [pytorch/executorch#19924]\nenv: {PYTHONPATH: "/tmp/et19924:%s:%s"}\n' $S $PWD > /tmp/cd/torch/et19924.yaml
+mkdir -p "$OUT/tdmpc" "$OUT/act"
+bash bench/results/gpu_smoke/conf/et19924-patch.sh $S $PWD
 OUT=$OUT/tdmpc DEVICE_OUT_DIR=/tmp/gm2 DEVICE_CKPT_DIR=/tmp/ck2 scripts/device-call 470 sweep matrix=gpu_smoke \
   "matrix.gpus=[$gpu]" exporter=executorch_cuda policy=tdmpc > "$OUT/tdmpc/sweep.log" 2>&1 &
 OUT=$OUT/act DEVICE_OUT_DIR=/tmp/gm3 DEVICE_CKPT_DIR=/tmp/ck3 scripts/device-call 470 sweep --config-dir /tmp/cd \

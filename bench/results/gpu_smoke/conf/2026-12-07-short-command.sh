@@ -13,17 +13,7 @@ cp .whlc/*.whl /tmp/w12/ && cp .whlc/*.whl /tmp/w151/
 cp .whlet/executorch-1.2.0*.whl /tmp/w12/ && cp .whlet/executorch-1.5.1*.whl /tmp/w151/
 S=/tmp/export-matrix-site
 scripts/offline-env /tmp/w12 true
-mkdir -p /tmp/et19924 && cp -a $S/executorch /tmp/et19924/
-F=/tmp/et19924/executorch/backends/aoti/passes/replace_view_copy_with_view.py
-python3 - "$F" <<'PY'
-import sys
-p = sys.argv[1]; t = open(p).read()
-old = "    ops.edge.aten.select_copy.int: ops.edge.aten.select.int,\n"
-new = old + "    torch.ops.aten.split_copy.Tensor: torch.ops.aten.split.Tensor,\n    ops.edge.aten.split_copy.Tensor: ops.edge.aten.split.Tensor,\n"
-assert t.count(old) == 1, "anchor not found"
-open(p, "w").write(t.replace(old, new))
-PY
-printf 'python: null\nfixes: [pytorch/executorch#19924]\nenv: {PYTHONPATH: "/tmp/et19924:%s:%s"}\n' $S $PWD > /tmp/cd/torch/et19924.yaml
+bash bench/results/gpu_smoke/conf/et19924-patch.sh $S $PWD
 WHEELS=/tmp/w12 OUT=$OUT/tdmpc DEVICE_OUT_DIR=/tmp/gm2 DEVICE_CKPT_DIR=/tmp/ck2 scripts/device-call 440 sweep \
   matrix=gpu_smoke "matrix.gpus=[$gpu]" exporter=executorch_cuda policy=tdmpc > "$OUT/tdmpc/sweep.log" 2>&1 &
 WHEELS=/tmp/w12 OUT=$OUT/act DEVICE_OUT_DIR=/tmp/gm3 DEVICE_CKPT_DIR=/tmp/ck3 scripts/device-call 440 sweep \
