@@ -58,11 +58,6 @@ class Catalog:
     def ids(self) -> list[str]:
         return [e.id for e in self.entries]
 
-    @property
-    def columns(self) -> list[str]:
-        """The flag columns, in id order, `new` last."""
-        return [e.column for e in self.entries] + [flag_column(NEW)]
-
     def match(self, text: str | None) -> list[str]:
         """The ids whose patterns occur in text."""
         return [e.id for e in self.entries if any(p.search(text) for p in e.patterns)] if text else []

@@ -45,10 +45,16 @@ def summarize(matrix: pd.DataFrame, cells: pd.DataFrame,
     build got past) follow as "and 7 on stock torch". Policies with the same clause share it, ordered by the
     clause's lowest failure id, ties in table order.
     """
-    builds = cells.groupby("policy")["torch"].agg(set).to_dict()
-    stock = cells[cells["stock"]].groupby("policy")["torch"].agg(set).to_dict()
-    hit = cells[["policy", "torch"]].assign(id=cells["failures"].fillna("").str.split()).explode("id").dropna()
-    seen_on = hit.groupby(["policy", "id"])["torch"].agg(set).to_dict()  # (policy, failure id) -> its builds
+    seen_on: dict[tuple[str, str], set[str]] = defaultdict(set)  # (policy, failure id) -> builds that hit it
+    builds: dict[str, set[str]] = defaultdict(set)
+    stock: dict[str, set[str]] = defaultdict(set)
+    for policy, build, is_stock, failures in zip(*columns(cells, "policy", "torch", "stock", "failures"),
+                                                 strict=True):
+        builds[policy].add(build)
+        if is_stock:
+            stock[policy].add(build)
+        for failure_id in (failures or "").split():
+            seen_on[(policy, failure_id)].add(build)
     hits: dict[str, dict[str, tuple[set[str], list[str]]]] = {}  # policy -> gpu -> (primary ids, failure ids)
     recorded = matrix[matrix["status"] != "missing"]  # in table order
     for policy, gpu, main, every in zip(*columns(recorded, "policy", "gpu", "primary", "failures"), strict=True):
@@ -68,8 +74,8 @@ def summarize(matrix: pd.DataFrame, cells: pd.DataFrame,
         if primary or secondary:
             main_ids, other = (primary, secondary) if primary else (secondary, {})
             other = {k: v for k, v in other.items() if k not in main_ids}
-            notes = {i: build_note(builds[policy], stock.get(policy, set()), seen_on[(policy, i)]) for i in other
-                     if (policy, i) in seen_on}
+            notes = {i: build_note(builds[policy], stock[policy], seen_on[(policy, i)]) for i in other
+                     if seen_on[(policy, i)]}
             clause = clauses.setdefault(_describe(main_ids, other, everywhere, notes, settings), [[], (9, 0, "")])
             clause[0].append(policy)
             clause[1] = min(clause[1], *(id_key(i) for i in main_ids))

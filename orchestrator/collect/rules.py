@@ -68,8 +68,7 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     unmatched = ended & ~flags[by_error].any(axis=1)
     if unmatched.any():  # no entry knows the error line: look in the log's tail
         flags = flags | catalog.match_many(df["log_tail"].where(unmatched))
-    deciding = [e.column for e in catalog.entries if e.decides]
-    promoted = flags[deciding].any(axis=1) if deciding else pd.Series(False, index=df.index)
+    promoted = flags[[e.column for e in catalog.entries if e.decides]].any(axis=1)
     crashed = (df["status"] == Status.KILLED) & df["error"].fillna("").astype(str).str.contains(CRASH_SIGNALS)
     # An export that compiled but that no runtime could run (`check: none`) was judged by nobody.
     unchecked = (df["status"] == Status.FAILED) & (df["failed_step"] == "check") & (df["check"] == "none")
@@ -147,9 +146,8 @@ def build_matrix(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
         if column not in matrix:
             matrix[column] = None
     matrix["symbol"] = matrix["status"].map(SYMBOLS)
-    codes, uniques = pd.factorize(matrix["fixes"].fillna("").astype(str))  # a few distinct lists: each once
-    matrix["fixes"] = pd.Series(np.array([short_fixes(f) for f in uniques], dtype=object)[codes],
-                                index=matrix.index, dtype=object)
+    fixes = matrix["fixes"].fillna("").astype(str)
+    matrix["fixes"] = fixes.map({f: short_fixes(f) for f in fixes.unique()})  # a few distinct lists: each once
     for column in ("slow", "at_limit", "in_progress"):
         matrix[column] = matrix[column].fillna(False).astype(bool)
     matrix["builds"] = matrix["builds"].fillna(0).astype("int64")
@@ -168,11 +166,10 @@ def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
                                          _build=_ranks(df["torch"], settings.builds))
     order = order.sort_values([*keys, "_priority", "_margin", "_build", "torch"], kind="stable")
     decided = df.loc[order.drop_duplicates(keys, keep="first").index].set_index(keys)
-    group_flags = df.assign(stock_pass=df["passed"] & df["stock"], patched_pass=df["passed"] & ~df["stock"],
-                            stock_unfinished=df["unfinished"] & df["stock"])
-    grouped = group_flags.groupby(keys, sort=False)
+    grouped = df.assign(stock_pass=df["passed"] & df["stock"], patched_pass=df["passed"] & ~df["stock"],
+                        stock_unfinished=df["unfinished"] & df["stock"]).groupby(keys, sort=False)
     agg = grouped[["stock_pass", "patched_pass", "unfinished", "stock_unfinished", "unreadable", "failing",
-                   *catalog.columns]].any()
+                   *(e.column for e in catalog.entries), flag_column(NEW)]].any()
     agg["builds"] = grouped["torch"].size()
     agg["new_error"] = grouped["new_error"].first()
     agg["failures"] = join_ids(agg, [*catalog.ids, NEW])
