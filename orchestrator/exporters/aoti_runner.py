@@ -144,6 +144,15 @@ def blobs_from_files(pte: Path, ptd: Path) -> dict[str, MethodBlobs]:
     return blobs
 
 
+def write_so(so: bytes, workdir: Path, name: str) -> Path:
+    """The method's .so on disk (dlopen needs a file), with libtorch's shims made visible to it."""
+    export_libtorch_symbols()
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / f"{name}.wrapper.so"
+    path.write_bytes(so)
+    return path
+
+
 # ExecuTorch's ScalarType numbers (the ones weights use) to torch dtype names.
 _SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
                  7: "float64", 11: "bool", 15: "bfloat16"}
@@ -168,10 +177,7 @@ class FqnAotiMethod:
     def __init__(self, blobs: MethodBlobs, workdir: Path, name: str, device: str = "cuda") -> None:
         import torch
 
-        export_libtorch_symbols()
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.so_path = workdir / f"{name}.wrapper.so"
-        self.so_path.write_bytes(blobs.so)
+        self.so_path = write_so(blobs.so, workdir, name)
         self.runner = torch._C._aoti.AOTIModelContainerRunnerCuda(str(self.so_path), 1, device)
         by_fqn = {fqn: constant for constant, fqn in self.runner.get_constant_names_to_original_fqns().items()}
         self.constants = {}  # kept alive: the container holds these tensors, it does not copy them
@@ -198,10 +204,7 @@ class AotiMethod:
     """One method's compiled container, called with torch tensors on its device, returning torch tensors."""
 
     def __init__(self, so_bytes: bytes, weights: bytes, workdir: Path, name: str, device: str = "cuda") -> None:
-        export_libtorch_symbols()
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.so_path = workdir / f"{name}.wrapper.so"
-        self.so_path.write_bytes(so_bytes)
+        self.so_path = write_so(so_bytes, workdir, name)
         self.lib = ctypes.CDLL(str(self.so_path))
         self.name = name
         self.handle = ctypes.c_void_p()
