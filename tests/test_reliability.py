@@ -210,13 +210,20 @@ def test_a_lowering_out_of_gpu_memory_is_an_oom_record_of_the_row_3_kind(tmp_pat
     assert "| probe | ❌ 3 |" in (out / "matrix.md").read_text()
 
 
+def _as_from_a_terminal() -> None:
+    """SIGINT's default action, as a sweep started at a terminal has: one started in a script's background
+    (`cmd &`) inherits SIGINT ignored, and Python keeps it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_or_sigterm_of_a_local_sweep_is_one_line_and_exit_130(tmp_path: Path) -> None:
     """The terminal's Ctrl-C reaches the whole process group, jobs included; SIGTERM only the sweep."""
     conf = probe_conf(tmp_path, 120)
     for signum in (signal.SIGINT, signal.SIGTERM):
         out = tmp_path / signum.name
         sweep = subprocess.Popen(cli_args(conf, out, "sweep"), cwd=ROOT, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                 preexec_fn=_as_from_a_terminal)
         wait_for_status(out / "cells/probe/cpu/local/record.json", "running")
         if signum == signal.SIGINT:
             os.killpg(sweep.pid, signum)
