@@ -14,6 +14,9 @@ cp .whlet/executorch-1.2.0*.whl /tmp/w12/ && cp .whlet/executorch-1.5.1*.whl /tm
 S=/tmp/export-matrix-site
 scripts/offline-env /tmp/w12 true
 bash bench/results/gpu_smoke/conf/et19924-patch.sh $S $PWD
+# With PI05=1, pi05 on `local` first, detached (scripts/device-detach), for `scripts/device-wait` calls to follow.
+[ "${PI05:-0}" != 1 ] || WHEELS=/tmp/w12 scripts/device-detach sweep matrix=gpu_smoke "matrix.gpus=[$gpu]" \
+  exporter=executorch_cuda policy=pi05 launcher.parallel=1
 WHEELS=/tmp/w12 OUT=$OUT/tdmpc DEVICE_OUT_DIR=/tmp/gm2 DEVICE_CKPT_DIR=/tmp/ck2 scripts/device-call 440 sweep \
   matrix=gpu_smoke "matrix.gpus=[$gpu]" exporter=executorch_cuda policy=tdmpc > "$OUT/tdmpc/sweep.log" 2>&1 &
 WHEELS=/tmp/w12 OUT=$OUT/act DEVICE_OUT_DIR=/tmp/gm3 DEVICE_CKPT_DIR=/tmp/ck3 scripts/device-call 440 sweep \
