@@ -1,10 +1,10 @@
-# The device call of 2026-12-07 made when too little device time was left for pi05: three sweeps at once on the
+# A device call of 2026-12-07 (ran on an H100, 09:59-10:05 UTC, with PI05=1): three sweeps at once on the
 # one GPU, from carried wheels split to fit one call (.whlc: scripts/download-wheels' set without executorch and
 # diffusers; .whlet: executorch 1.2.0 and 1.5.1), each build installed into a site folder of its own:
 #   tdmpc on `local` and act on `et19924` (ExecuTorch 1.2.0 with #19924's hunk, as on 2026-12-04): speedups;
 #   act and tdmpc on `et151` (PyPI's executorch 1.5.1): the AOTI check of ExecuTorch 1.5's per-weight layout.
-# The four cells compile side by side (16 cores); their timed runs may overlap. Not run yet: on 2026-12-07 no
-# device machine could be started (7 tries). Run: `run(command="bash bench/results/gpu_smoke/conf/2026-12-07-short-command.sh", carry=[".whlc", ".whlet"])`.
+# The four cells compile side by side (16 cores); their timed runs may overlap. The detached pi05 was lost: the
+# machine went back before the next call. Run: `run(command="PI05=1 bash bench/results/gpu_smoke/conf/2026-12-07-short-command.sh", carry=[".whlc", ".whlet"])`.
 set -u
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && echo h200 || echo h100)
 echo "gpu: $gpu"

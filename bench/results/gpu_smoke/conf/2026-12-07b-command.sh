@@ -1,7 +1,9 @@
 # The second device session of 2026-12-07 (1,180 s of device time left): pi05 on `local` detached, to be
 # followed by `scripts/device-wait` calls, and meanwhile on `et151` (PyPI's executorch 1.5.1) the rows issue 32
 # asks about that had not run with it: repro row 4 (scatter), the grouped_mm repro and vqbet (detach_copy,
-# multinomial). Carried: .whlc and .whlet (see 2026-12-07-short-command.sh).
+# multinomial). Carried: .whlc and .whlet (see 2026-12-07-short-command.sh). Ran on an H100 (10:22-10:37 UTC),
+# followed by one `scripts/device-wait 440` call: pi05 ❌ sdpa_bf16_only; both repros lowered on et151; vqbet did
+# not run (it is not in matrix gpu_smoke's policies, so the selection dropped it).
 #   run(command="bash bench/results/gpu_smoke/conf/2026-12-07b-command.sh", carry=[".whlc", ".whlet"])
 set -u
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && echo h200 || echo h100)
@@ -19,4 +21,4 @@ EXPORT_MATRIX_SITE=/tmp/site151 WHEELS=/tmp/w151 OUT=$OUT/et151 DEVICE_OUT_DIR=/
   > "$OUT/et151/sweep.log" 2>&1
 tail -n 8 "$OUT/et151/sweep.log"
 for log in /tmp/gm151/cells/*/*/*/export.log; do echo "== $log"; grep -a "Exported policy\|^error\|Error" "$log" | tail -n 6 | cut -c1-400; done
-OUT=$OUT/pi05 scripts/device-wait 1
+OUT=$OUT/pi05 scripts/device-wait $((565 - SECONDS))
