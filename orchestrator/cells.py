@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import sys
 from pathlib import Path
@@ -64,10 +65,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
     repeat = _repeat(to_plain(cfg.get("repeat")) or {})
     specs = []
     cells = [c for c in expand(cfg.matrix) if composed.selects(f"{c['policy']}/{c['gpu']}/{c['torch']}")]
-    if composed.selection and not cells:
-        chosen = " ".join(f"{axis}={','.join(p)}" for axis, p in composed.selection.items())
-        lists = "; ".join(f"{key}: {', '.join(axis_list(cfg.matrix, key))}" for key in ("policies", "gpus", "torch"))
-        raise ConfigError(f"{chosen} selects no cell of matrix {composed.choices.get('matrix')} ({lists})")
+    _check_selected(composed, cells)
     built_from = recipes(composed)
     for cell in cells:
         policy = to_plain(cfg.policies[cell["policy"]])
@@ -123,6 +121,20 @@ def _repeat(node: dict[str, Any]) -> dict[str, Any]:
 
 def _env(node: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (node.get("env") or {}).items()}
+
+
+def _check_selected(composed: Composed, cells: list[dict[str, str]]) -> None:
+    """Refuse a selection value that keeps no cell: `policy=tdmpc,vqbet` on a matrix without vqbet would
+    otherwise run tdmpc alone and say nothing of vqbet."""
+    unused = {axis: [p for p in patterns if not any(fnmatch.fnmatchcase(c[axis], p) for c in cells)]
+              for axis, patterns in composed.selection.items()}
+    if not cells:
+        unused = composed.selection
+    chosen = " ".join(f"{axis}={','.join(p)}" for axis, p in unused.items() if p)
+    if chosen:
+        lists = "; ".join(f"{key}: {', '.join(axis_list(composed.cfg.matrix, key))}"
+                          for key in ("policies", "gpus", "torch"))
+        raise ConfigError(f"{chosen} selects no cell of matrix {composed.choices.get('matrix')} ({lists})")
 
 
 def _check_checkpoint(policy: str, checkpoint: Any) -> None:

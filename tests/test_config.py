@@ -151,6 +151,10 @@ def test_hydra_style_selection_narrows_the_matrix() -> None:
         "tdmpc; gpus: cpu; torch: local)"]
     done = cli("cells", "policy=nope*", check=False)
     assert done.returncode == 2 and "unknown policy 'nope*' (valid: act, " in done.stderr
+    done = cli("cells", "policy=act,vqbet", check=False)  # vqbet exists, but not in matrix smoke
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "export-matrix: error: policy=vqbet selects no cell of matrix smoke (policies: act, diffusion, gaussian_actor, "
+        "tdmpc; gpus: cpu; torch: local)"]
 
 
 def test_show_prints_a_cells_configs_and_exact_commands_without_running_it(tmp_path: Path) -> None:
