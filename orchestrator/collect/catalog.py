@@ -33,7 +33,9 @@ class Entry:
     step: str | None
     signal: str | None
     patterns: tuple[re.Pattern, ...]
-    decides: bool = False  # a timeout, kill or error matching it is a verdict (the export itself decided)
+    # true: a timeout, kill or error matching it is a verdict (the export itself decided); false: a failure
+    # matching it (and no other entry) decided nothing, since the job could not build the policy where it ran
+    decides: bool | None = None
 
     @property
     def column(self) -> str:
@@ -107,8 +109,8 @@ def _entry(failure_id: str, entry: dict[str, Any]) -> Entry:
         raise ConfigError(f"{where}: unknown signal {signal!r} (valid: slow, at_limit)")
     if not patterns and not signal:
         raise ConfigError(f"{where}: needs patterns or a signal, or nothing can match it")
-    decides = entry.get("decides", False)
-    if not isinstance(decides, bool):
+    decides = entry.get("decides")
+    if decides is not None and not isinstance(decides, bool):
         raise ConfigError(f"{where}: decides must be true or false, not {decides!r}")
     compiled = []
     for pattern in patterns:

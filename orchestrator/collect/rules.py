@@ -3,7 +3,9 @@
 A cell's outcome is a **verdict** when the export itself decided it (passed, failed, oom, crashed with SIGSEGV,
 SIGABRT, SIGBUS, SIGFPE or SIGILL), or **undecided** when nothing judged the export (an error in setup, env or
 launcher; cancelled or killed from outside; a timeout; `check: none`, an export that no runtime could run). A catalog
-entry with `decides: true` makes a matching timeout, kill or error a verdict. Only verdicts decide a symbol
+entry with `decides: true` makes a matching timeout, kill or error a verdict; one with `decides: false` (needs_hub,
+missing_package: the job could not build the policy where it ran) makes a matching failure undecided. Only
+verdicts decide a symbol
 (render_md.LEGEND says what each means).
 
 The numbers of a policy x gpu come from the cell that decided its symbol: the first stock build that passed; else
@@ -69,15 +71,19 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     if unmatched.any():  # no entry knows the error line: look in the log's tail
         flags = flags | catalog.match_many(df["log_tail"].where(unmatched))
     promoted = flags[[e.column for e in catalog.entries if e.decides]].any(axis=1)
+    env_ids = [e.id for e in catalog.entries if e.decides is False]
+    compiler = [e.column for e in catalog.entries if e.patterns and e.decides is not False]
+    env_failure = ended & flags[[flag_column(i) for i in env_ids]].any(axis=1) & ~flags[compiler].any(axis=1)
     crashed = (df["status"] == Status.KILLED) & df["error"].fillna("").astype(str).str.contains(CRASH_SIGNALS)
     # An export that compiled but that no runtime could run (`check: none`) was judged by nobody.
     unchecked = (df["status"] == Status.FAILED) & (df["failed_step"] == "check") & (df["check"] == "none")
-    undecided = ended & (df["status"].isin(UNDECIDED_STATUSES) | unchecked) & ~crashed & ~promoted
-    flags.loc[undecided] = False  # an undecided cell hits no failure
+    undecided = ended & (df["status"].isin(UNDECIDED_STATUSES) | unchecked | env_failure) & ~crashed & ~promoted
     df["failing"] = ended & ~undecided
     df["outcome"] = np.select([df["failing"] | df["passed"], undecided], ["verdict", "undecided"], "")
     df["reason"] = None
     df.loc[undecided, "reason"] = _reasons(df[undecided])
+    df.loc[undecided & env_failure, "reason"] = join_ids(flags, env_ids)[undecided & env_failure]
+    flags.loc[undecided] = False  # an undecided cell hits no failure
     for entry in catalog.entries:  # an entry with a signal flags the cells with that mark
         if entry.signal:
             flags[entry.column] |= df[entry.signal]

@@ -169,6 +169,27 @@ def test_a_catalog_entry_that_decides_makes_a_timeout_a_verdict(tmp_path: Path) 
     assert got[("pi0", "h100")]["symbol"] == "⏸"
 
 
+def test_a_job_that_could_not_build_its_policy_offline_is_undecided(tmp_path: Path) -> None:
+    """needs_hub and missing_package (`decides: false`) say the job never reached the export: ⏸ with the id as
+    its reason, listed with a rerun, never ❌ or a new failure; a compiler failure in the same record still decides."""
+    hub = "OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in " \
+          "the cached files."
+    put(tmp_path, "smolvla/h100/stock", "failed", failed_step="make_random", error=hub)
+    put(tmp_path, "wall_x/h100/stock", "failed", failed_step="make_random",
+        error="ImportError: 'qwen-vl-utils' is required but not installed. Install it with: pip install "
+              "'lerobot[wallx]'")
+    put(tmp_path, "pi05/h100/stock", "failed", failed_step="compile-model", error="RuntimeError: Expected bfloat16 "
+        "inputs", log_tail=hub)
+    assert collect(tmp_path, matrix="matrix.policies=[smolvla,wall_x,pi05]") == 0
+    got = rows(tmp_path)
+    assert [got[(p, "h100")]["symbol"] for p in ("smolvla", "wall_x", "pi05")] == ["⏸", "⏸", "❌"]
+    assert table_line(tmp_path, "smolvla").startswith("| smolvla | ⏸ needs_hub |")
+    assert table_line(tmp_path, "wall_x").startswith("| wall_x | ⏸ missing_package |")
+    md = (tmp_path / "matrix.md").read_text()
+    assert "- smolvla/h100/stock: needs_hub" in md and "New failures" not in md
+    assert "| needs_hub | The policy needs files from the Hugging Face hub" in md and "| smolvla (undecided) |" in md
+
+
 def test_a_catalog_decides_field_must_be_a_bool(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     conf = tmp_path / "conf"
     conf.mkdir()
