@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import Composed, ConfigError, axis_list, number, to_plain
+from .config import Composed, ConfigError, axis_list, number, selected, to_plain
 from .envs import EnvRecipe, is_recipe, recipe_of
 from .fingerprint import env_identity, fingerprint
 from .spec import CellSpec
@@ -65,7 +64,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
     repeat = _repeat(to_plain(cfg.get("repeat")) or {})
     specs = []
     cells = [c for c in expand(cfg.matrix) if composed.selects(f"{c['policy']}/{c['gpu']}/{c['torch']}")]
-    _check_selected(composed, cells)
+    _check_selected(composed, [f"{c['policy']}/{c['gpu']}/{c['torch']}" for c in cells])
     built_from = recipes(composed)
     for cell in cells:
         policy = to_plain(cfg.policies[cell["policy"]])
@@ -123,13 +122,11 @@ def _env(node: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (node.get("env") or {}).items()}
 
 
-def _check_selected(composed: Composed, cells: list[dict[str, str]]) -> None:
+def _check_selected(composed: Composed, cell_ids: list[str]) -> None:
     """Refuse a selection value that keeps no cell: `policy=tdmpc,vqbet` on a matrix without vqbet would
     otherwise run tdmpc alone and say nothing of vqbet."""
-    unused = {axis: [p for p in patterns if not any(fnmatch.fnmatchcase(c[axis], p) for c in cells)]
+    unused = {axis: [p for p in patterns if not any(selected(cell_id, {axis: [p]}) for cell_id in cell_ids)]
               for axis, patterns in composed.selection.items()}
-    if not cells:
-        unused = composed.selection
     chosen = " ".join(f"{axis}={','.join(p)}" for axis, p in unused.items() if p)
     if chosen:
         lists = "; ".join(f"{key}: {', '.join(axis_list(composed.cfg.matrix, key))}"

@@ -79,10 +79,11 @@ def summarize(matrix: pd.DataFrame, cells: pd.DataFrame,
             clause = clauses.setdefault(_describe(main_ids, other, everywhere, notes, settings), [[], (9, 0, "")])
             clause[0].append(policy)
             clause[1] = min(clause[1], *(id_key(i) for i in main_ids))
+    env_ids = {e.id for e in settings.catalog.entries if e.decides is False}
     waiting: dict[str, set[str]] = defaultdict(set)  # a `decides: false` id -> policies it left undecided
     for policy, outcome, reason in zip(*columns(cells, "policy", "outcome", "reason"), strict=True):
-        if outcome == "undecided":
-            for failure_id in str(reason or "").split():
+        if outcome == "undecided":  # its reason is those ids (rules.py), or words such as `timeout 5 min`
+            for failure_id in env_ids.intersection(str(reason or "").split()):
                 waiting[failure_id].add(policy)
     rows = [(entry.id, entry.title, ", ".join(text for _, text in sorted(names.get(entry.id, [])))
              or (f"{', '.join(sorted(waiting[entry.id]))} (undecided)" if waiting.get(entry.id) else "none yet"),

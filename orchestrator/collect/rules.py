@@ -4,9 +4,8 @@ A cell's outcome is a **verdict** when the export itself decided it (passed, fai
 SIGABRT, SIGBUS, SIGFPE or SIGILL), or **undecided** when nothing judged the export (an error in setup, env or
 launcher; cancelled or killed from outside; a timeout; `check: none`, an export that no runtime could run). A catalog
 entry with `decides: true` makes a matching timeout, kill or error a verdict; one with `decides: false` (needs_hub,
-missing_package: the job could not build the policy where it ran) makes a matching failure undecided. Only
-verdicts decide a symbol
-(render_md.LEGEND says what each means).
+missing_package: the job could not build the policy where it ran) makes a matching failure undecided, the
+entry's id its reason. Only verdicts decide a symbol (render_md.LEGEND says what each means).
 
 The numbers of a policy x gpu come from the cell that decided its symbol: the first stock build that passed; else
 the first patched build that passed; else the failed build that got as far as the check (smallest margin), else
@@ -73,7 +72,8 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     promoted = flags[[e.column for e in catalog.entries if e.decides]].any(axis=1)
     env_ids = [e.id for e in catalog.entries if e.decides is False]
     compiler = [e.column for e in catalog.entries if e.patterns and e.decides is not False]
-    env_failure = ended & flags[[flag_column(i) for i in env_ids]].any(axis=1) & ~flags[compiler].any(axis=1)
+    env_failure = ended & flags[[e.column for e in catalog.entries if e.decides is False]].any(axis=1) \
+        & ~flags[compiler].any(axis=1)
     crashed = (df["status"] == Status.KILLED) & df["error"].fillna("").astype(str).str.contains(CRASH_SIGNALS)
     # An export that compiled but that no runtime could run (`check: none`) was judged by nobody.
     unchecked = (df["status"] == Status.FAILED) & (df["failed_step"] == "check") & (df["check"] == "none")
@@ -81,8 +81,9 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     df["failing"] = ended & ~undecided
     df["outcome"] = np.select([df["failing"] | df["passed"], undecided], ["verdict", "undecided"], "")
     df["reason"] = None
-    df.loc[undecided, "reason"] = _reasons(df[undecided])
-    df.loc[undecided & env_failure, "reason"] = join_ids(flags, env_ids)[undecided & env_failure]
+    stopped, unbuilt = undecided & ~env_failure, undecided & env_failure
+    df.loc[stopped, "reason"] = _reasons(df[stopped])
+    df.loc[unbuilt, "reason"] = join_ids(flags, env_ids)[unbuilt]  # needs_hub, missing_package
     flags.loc[undecided] = False  # an undecided cell hits no failure
     for entry in catalog.entries:  # an entry with a signal flags the cells with that mark
         if entry.signal:

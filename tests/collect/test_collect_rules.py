@@ -180,7 +180,8 @@ def test_a_job_that_could_not_build_its_policy_offline_is_undecided(tmp_path: Pa
               "'lerobot[wallx]'")
     put(tmp_path, "pi05/h100/stock", "failed", failed_step="compile-model", error="RuntimeError: Expected bfloat16 "
         "inputs", log_tail=hub)
-    assert collect(tmp_path, matrix="matrix.policies=[smolvla,wall_x,pi05]") == 0
+    put(tmp_path, "pi0/h100/stock", "timeout", failed_step="compile-model", error="the export ran past timeout_min=5")
+    assert collect(tmp_path, matrix="matrix.policies=[smolvla,wall_x,pi05,pi0]") == 0
     got = rows(tmp_path)
     assert [got[(p, "h100")]["symbol"] for p in ("smolvla", "wall_x", "pi05")] == ["⏸", "⏸", "❌"]
     assert table_line(tmp_path, "smolvla").startswith("| smolvla | ⏸ needs_hub |")
@@ -188,6 +189,7 @@ def test_a_job_that_could_not_build_its_policy_offline_is_undecided(tmp_path: Pa
     md = (tmp_path / "matrix.md").read_text()
     assert "- smolvla/h100/stock: needs_hub" in md and "New failures" not in md
     assert "| needs_hub | The policy needs files from the Hugging Face hub" in md and "| smolvla (undecided) |" in md
+    assert "- pi0/h100/stock: timeout 5 min" in md and "limit | none yet |" in md  # row 5 is not pi0's reason
 
 
 def test_a_catalog_decides_field_must_be_a_bool(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
