@@ -272,11 +272,13 @@ def one_sbatch_per_cell(out: Path, env: dict[str, str], conf: Path) -> tuple[flo
     from orchestrator.cells import resolve
     from orchestrator.config import compose_config
     from orchestrator.launchers.slurm.cell_job import CellJob
-    from orchestrator.launchers.slurm.submit import SlurmSettings, resources
+    from orchestrator.launchers.slurm.submit import resources
+    from orchestrator.schema import typed_launcher
 
     os.environ["PATH"] = env["PATH"]
-    specs = resolve(compose_config(["matrix=tracking", f"out_dir={out}", "launcher=slurm", *SMALL], conf))
-    settings = SlurmSettings()
+    composed = compose_config(["matrix=tracking", f"out_dir={out}", "launcher=slurm", *SMALL], conf)
+    specs = resolve(composed)
+    settings = typed_launcher(composed.cfg.launcher)
     start = time.perf_counter()
     ids = []
     for spec in specs:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from .config import Composed, ConfigError, axis_list, number, selected, to_plain
 from .envs import EnvRecipe, is_recipe, recipe_of
 from .fingerprint import env_identity, fingerprint
+from .schema import AXES, check_axis, typed_launcher
 from .spec import CellSpec
-from .validate import AXES, validate, validate_axis
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -46,7 +46,7 @@ def recipes(composed: Composed) -> dict[str, EnvRecipe]:
     """The torch builds of the composed config that declare how to build their environment."""
     envs_dir = Path(composed.cfg.envs_dir).expanduser()
     builds = {name: to_plain(build) for name, build in composed.cfg.builds.items()}
-    validate_axis("builds", builds)  # env build and env list read recipes without resolving cells
+    check_axis("builds", builds)  # env build and env list read recipes without resolving cells
     return {name: recipe_of(name, build, composed.config_dirs, envs_dir)
             for name, build in builds.items() if is_recipe(build)}
 
@@ -58,7 +58,9 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
     them ask for them.
     """
     cfg = composed.cfg
-    validate({node: to_plain(cfg.get(node)) for node in (*AXES, "launcher")})
+    for node in AXES:
+        check_axis(node, to_plain(cfg.get(node)) or {})
+    typed_launcher(cfg.launcher)
     exporter_choice = composed.choices.get("exporter")
     identities: dict[str, dict[str, Any]] = {}
     repeat = _repeat(to_plain(cfg.get("repeat")) or {})
@@ -93,7 +95,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
                 checkpoint=policy.get("checkpoint") or {},
                 task=policy.get("task"),
                 export_args=[str(a) for a in policy.get("export_args") or []],
-                timeout_min=number(policy.get("timeout_min") or 60, f"policies.{cell['policy']}.timeout_min"),
+                timeout_min=float(policy.get("timeout_min") or 60),
                 env=env,
                 fixes=list(build.get("fixes") or []),
                 slurm={k: v for k, v in slurm.items() if v is not None},

@@ -112,8 +112,11 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
     dirs = [PACKAGE_CONF] if config_dir is None else [Path(config_dir).resolve(), PACKAGE_CONF]
     if config_dir is not None and not dirs[0].is_dir():
         raise ConfigError(f"--config-dir {str(config_dir)!r} is not a directory")
+    from .schema import register
+
     store = ConfigStore.instance()
     store.store(name=PRIMARY, node={"defaults": ["config", "_self_"]})
+    register()
     search = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in dirs[1:])}]"] if dirs[1:] else []
     try:
         GlobalHydra.instance().clear()
@@ -218,9 +221,20 @@ def _compose(overrides: list[str]) -> DictConfig:
     try:
         return compose(PRIMARY, overrides=overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(_first_line(exc)) from None
+        raise _schema_error(exc) or ConfigError(_first_line(exc)) from None
     except yaml.YAMLError as exc:
         raise yaml_error(exc) from None
+
+
+def _schema_error(exc: BaseException) -> ConfigError | None:
+    """A value that breaks a schema of orchestrator/schema.py, in its one line (Hydra wraps OmegaConf's error)."""
+    from dataclasses import is_dataclass
+
+    from .schema import one_line
+
+    while exc is not None and not is_dataclass(getattr(exc, "object_type", None)):
+        exc = exc.__cause__ or exc.__context__
+    return one_line(exc) if exc is not None else None
 
 
 def yaml_error(exc: yaml.YAMLError) -> ConfigError:

@@ -28,10 +28,7 @@ class Launcher(Protocol):
 
 def launcher_for(launcher: Any) -> Launcher:
     """The launcher the config names, its settings checked (a one-line ConfigError otherwise)."""
-    from ..config import ConfigError
+    from ..schema import launcher_name
 
-    name = str(launcher.get("name"))
-    if name not in LAUNCHERS:
-        raise ConfigError(f"unknown launcher {name!r} (valid: {', '.join(LAUNCHERS)})")
-    module, cls = LAUNCHERS[name]
+    module, cls = LAUNCHERS[launcher_name(launcher)]
     return getattr(import_module(module, __name__), cls).from_config(launcher)

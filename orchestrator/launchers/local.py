@@ -20,12 +20,12 @@ import submitit
 from rich.console import Console
 from rich.markup import escape
 
-from ..config import number
 from ..console import counts_text, describe, exit_code, summarize
 from ..console import progress as console_progress
 from ..job import now, run_cell
 from ..logparse import tail
 from ..record import UNFINISHED, UNREADABLE, Record, Status, read_record, write_record
+from ..schema import typed_launcher
 from ..spec import CellSpec
 from .common import Interrupted, gpus_requested, job_timeout_min, prepare
 
@@ -84,8 +84,8 @@ class LocalLauncher:
 
     @classmethod
     def from_config(cls, launcher: Any) -> LocalLauncher:
-        return cls(parallel=number(launcher.parallel, "launcher.parallel", int, 1, True),
-                   poll_s=number(launcher.poll_s, "launcher.poll_s"))
+        settings = typed_launcher(launcher)
+        return cls(parallel=settings.parallel, poll_s=settings.poll_s)
 
     def launch(self, specs: list[CellSpec], refused: list[Record], out_dir: Path, what: str, console: Console,
                wait: bool = False, force: bool = False) -> int:

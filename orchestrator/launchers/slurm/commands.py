@@ -16,11 +16,12 @@ from rich.markup import escape
 from ...config import ConfigError
 from ...console import exit_code, summarize
 from ...record import Record
+from ...schema import SlurmLauncherConf, typed_launcher
 from ...spec import CellSpec
 from .active import leave_active
 from .follow import CellState, wait_for
 from .manifest import MANIFEST, manifest_path
-from .submit import SlurmSettings, submit_sweep
+from .submit import submit_sweep
 
 
 @dataclass(frozen=True)
@@ -28,14 +29,14 @@ class SlurmLauncher:
     """`launcher=slurm` (conf/launcher/slurm.yaml): job arrays through submitit; the sweep returns once they are
     submitted, or follows them to the end with --wait."""
 
-    settings: SlurmSettings
+    settings: SlurmLauncherConf
 
     @classmethod
     def from_config(cls, launcher: Any) -> SlurmLauncher:
         missing = [tool for tool in ("sbatch", "srun", "sacct") if shutil.which(tool) is None]
         if missing:
             raise ConfigError(f"launcher=slurm needs {', '.join(missing)} on PATH (no Slurm client here)")
-        return cls(SlurmSettings.from_config(launcher))
+        return cls(typed_launcher(launcher))
 
     def launch(self, specs: list[CellSpec], refused: list[Record], out_dir: Path, what: str, console: Console,
                wait: bool = False, force: bool = False) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from ...job import now, refuse
 from ...record import Record
+from ...schema import SlurmLauncherConf
 from ...spec import CellSpec
 from ..common import job_timeout_min, prepare
 from .cell_job import CellJob
@@ -27,30 +28,6 @@ from .manifest import Entry, merge_manifest
 from .prepare_job import CheckpointTask, PrepareCheckpoint, checkpoint_tasks
 
 SUBMITIT_DIR = "submitit"
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    """`launcher=slurm`'s settings (conf/launcher/slurm.yaml)."""
-
-    array_parallelism: int = 64
-    signal_delay_s: int = 30
-    max_requeues: int = 1
-    poll_s: float = 15.0
-    time_min: int | None = None
-    sbatch: dict[str, Any] = field(default_factory=dict)
-    setup: list[str] = field(default_factory=list)
-    python: str | None = None
-    prepare: dict[str, Any] | None = None  # the CPU array that builds random checkpoints first (None: off)
-
-    @classmethod
-    def from_config(cls, launcher: Any) -> SlurmSettings:
-        from ...config import to_plain
-
-        plain = to_plain(launcher)
-        known = {k: plain[k] for k in cls.__dataclass_fields__ if plain.get(k) is not None}
-        return cls(**{**known, "sbatch": dict(known.get("sbatch") or {}), "setup": list(known.get("setup") or []),
-                      "prepare": dict(known["prepare"]) if known.get("prepare") is not None else None})
 
 
 @dataclass(frozen=True)
@@ -77,7 +54,7 @@ class Resources:
         return ", ".join(parts)
 
 
-def resources(spec: CellSpec, settings: SlurmSettings) -> Resources:
+def resources(spec: CellSpec, settings: SlurmLauncherConf) -> Resources:
     """What the cell's job asks of Slurm: its gpu's and policy's `slurm:` settings, and a time limit.
 
     The time limit is the policy's or gpu's `slurm.time_min`, else the launcher's `time_min`, else room for
@@ -97,14 +74,14 @@ class Submitted:
     refused: list[Record]  # records of cells whose array sbatch refused
 
 
-def _executor(out_dir: Path, settings: SlurmSettings) -> submitit.AutoExecutor:
+def _executor(out_dir: Path, settings: SlurmLauncherConf) -> submitit.AutoExecutor:
     kwargs: dict[str, Any] = {"slurm_max_num_timeout": 1}  # see CellJob: the requeue decisions are its own
     if settings.python:
         kwargs["slurm_python"] = settings.python
     return submitit.AutoExecutor(folder=Path(out_dir) / SUBMITIT_DIR / "%j", cluster="slurm", **kwargs)
 
 
-def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, what: str,
+def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmLauncherConf, what: str,
                  console: Console) -> Submitted:
     """Submit one job array per resource signature and record every cell's job in the manifest."""
     sweep_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
@@ -129,7 +106,7 @@ def submit_sweep(specs: list[CellSpec], out_dir: Path, settings: SlurmSettings, 
     return Submitted(sweep_id, arrays, refused)
 
 
-def _submit_batch(out_dir: Path, settings: SlurmSettings, res: Resources, group: list[CellSpec], sweep_id: str,
+def _submit_batch(out_dir: Path, settings: SlurmLauncherConf, res: Resources, group: list[CellSpec], sweep_id: str,
                   sweep: dict[str, Any], preparing: dict[str, Any] | None, arrays: list[dict[str, Any]],
                   refused: list[Record], console: Console) -> None:
     """One GPU job array: its cells' pending records, sbatch, the manifest; or their records if sbatch says no."""
@@ -158,23 +135,23 @@ def _submit_batch(out_dir: Path, settings: SlurmSettings, res: Resources, group:
                   + (f", after {preparing['job_id']}" if preparing else ""))
 
 
-def _submit_prepare(out_dir: Path, settings: SlurmSettings, tasks: list[CheckpointTask],
+def _submit_prepare(out_dir: Path, settings: SlurmLauncherConf, tasks: list[CheckpointTask],
                     console: Console) -> dict[str, Any] | None:
     """The preparation array (held until the GPU arrays are in), or None: off, nothing to build, or refused
     (then each GPU job builds its own checkpoint, as without it)."""
     if settings.prepare is None or not tasks:
         return None
     conf = settings.prepare
-    time_min = int(conf.get("time_min") or max(t.timeout_min for t in tasks) + 5)
+    time_min = int(conf.time_min or max(t.timeout_min for t in tasks) + 5)
     executor = _executor(out_dir, settings)
     params: dict[str, Any] = {
-        "name": "export-matrix-prepare", "timeout_min": time_min, "cpus_per_task": int(conf.get("cpus_per_task") or 1),
-        "slurm_partition": conf.get("partition"), "slurm_constraint": conf.get("constraint"),
+        "name": "export-matrix-prepare", "timeout_min": time_min, "cpus_per_task": int(conf.cpus_per_task or 1),
+        "slurm_partition": conf.partition, "slurm_constraint": conf.constraint,
         "slurm_array_parallelism": settings.array_parallelism,
         "slurm_additional_parameters": {**settings.sbatch, "hold": True}, "slurm_setup": list(settings.setup) or None,
     }
-    if conf.get("mem_gb"):
-        params["mem_gb"] = float(conf["mem_gb"])
+    if conf.mem_gb:
+        params["mem_gb"] = float(conf.mem_gb)
     executor.update_parameters(**params)
     try:
         with executor.batch():
@@ -185,14 +162,14 @@ def _submit_prepare(out_dir: Path, settings: SlurmSettings, tasks: list[Checkpoi
                       "builds its own random checkpoint[/]")
         return None
     array_id = str(jobs[0].job_id).split("_")[0]
-    res = Resources(partition=conf.get("partition"), gres=None, constraint=conf.get("constraint"),
-                    cpus_per_task=params["cpus_per_task"], mem_gb=conf.get("mem_gb"), time_min=time_min)
+    res = Resources(partition=conf.partition, gres=None, constraint=conf.constraint,
+                    cpus_per_task=params["cpus_per_task"], mem_gb=conf.mem_gb, time_min=time_min)
     console.print(f"[green]submitted[/] make_random array {array_id}: {len(tasks)} random checkpoints, "
                   f"{escape(res.describe())}")
     return {"job_id": array_id, "checkpoints": len(tasks), "time_min": time_min}
 
 
-def _submit_array(out_dir: Path, settings: SlurmSettings, res: Resources, group: list[CellSpec],
+def _submit_array(out_dir: Path, settings: SlurmLauncherConf, res: Resources, group: list[CellSpec],
                   attempts: dict[str, int], after: dict[str, str]) -> list[submitit.Job]:
     executor = _executor(out_dir, settings)  # a fresh one per array: parameters left unset stay unset
     params: dict[str, Any] = {

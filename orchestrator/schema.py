@@ -1,0 +1,222 @@
+"""The configs' types, as dataclasses: Hydra's ConfigStore holds the launchers' (the launcher YAMLs extend them,
+so Hydra checks a value as it composes, an override's too), and the axis entries are checked against theirs.
+
+A YAML holds a setting's value and what it means; its dataclass here says what it may be (its type, and in
+`allowed` the one-line rule a user reads when a value breaks it). The axis schemas are open, as the axis configs
+may carry keys of a site's own, and checking against them leaves the composed values as written (a record's
+fingerprint hashes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any
+
+from .config import ConfigError
+
+Check = Callable[[Any], bool]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def positive(v: Any) -> bool:
+    return v is None or (_number(v) and v > 0)
+
+
+def at_least_1(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def count(v: Any) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+
+
+def text(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and bool(v))
+
+
+def strict_bool(v: Any) -> bool:
+    return v is None or isinstance(v, bool)
+
+
+def texts(v: Any) -> bool:
+    return v is None or (isinstance(v, list) and all(isinstance(x, str | int | float) for x in v))
+
+
+def setting(allowed: str, check: Check | None = None, default: Any = None, keys: type | None = None) -> Any:
+    """A field that says, in `allowed`, what its value may be; `check` is what a type cannot say (a range, a
+    non-empty string); `keys`, a mapping's known keys (others pass). A list or mapping default is given as its
+    type (list, dict)."""
+    meta = {"allowed": allowed, "check": check, "keys": keys}
+    if default in (list, dict):
+        return field(default_factory=default, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+POSITIVE = "a number greater than 0"
+TEXT = "a non-empty string or null"
+TEXTS = "a list of strings"
+MAPPING = "a mapping (key: value)"
+
+
+@dataclass
+class PrepareConf:
+    partition: str | None = setting(TEXT, text)
+    constraint: str | None = setting(TEXT, text)
+    cpus_per_task: float | None = setting(POSITIVE, positive)
+    mem_gb: float | None = setting(POSITIVE, positive)
+    time_min: float | None = setting(POSITIVE, positive)
+
+
+@dataclass
+class LocalLauncherConf:
+    name: str = setting("a non-empty string", text, MISSING)
+    parallel: int = setting("an integer at least 1", at_least_1, MISSING)
+    poll_s: float = setting(POSITIVE, positive, MISSING)
+
+
+@dataclass
+class SlurmLauncherConf:
+    name: str = setting("a non-empty string", text, MISSING)
+    array_parallelism: int = setting("an integer at least 1", at_least_1, MISSING)
+    time_min: float | None = setting(POSITIVE, positive, MISSING)
+    signal_delay_s: int = setting("an integer at least 0", count, MISSING)
+    max_requeues: int = setting("an integer at least 0", count, MISSING)
+    poll_s: float = setting(POSITIVE, positive, MISSING)
+    sbatch: dict[str, Any] = setting(MAPPING, None, MISSING)
+    setup: list[str] = setting(TEXTS, texts, MISSING)
+    python: str | None = setting(TEXT, text, MISSING)
+    prepare: PrepareConf | None = setting(MAPPING, None, MISSING)
+
+
+@dataclass
+class SlurmResources:
+    """The Slurm keys a gpu or policy config may set (others pass through to the record as they are)."""
+
+    partition: str | None = setting(TEXT, text)
+    gres: str | None = setting(TEXT, text)
+    constraint: str | None = setting(TEXT, text)
+    cpus_per_task: float | None = setting(POSITIVE, positive)
+    mem_gb: float | None = setting(POSITIVE, positive)
+    time_min: float | None = setting(POSITIVE, positive)
+
+
+@dataclass
+class PolicyConf:
+    checkpoint: dict[str, Any] | None = setting(MAPPING)
+    task: str | None = setting(TEXT, text)
+    export_args: list[str] | None = setting(TEXTS, texts)
+    timeout_min: float | None = setting(POSITIVE, positive)
+    env: dict[str, Any] | None = setting(MAPPING)
+    exporter: str | None = setting(TEXT, text)
+    slurm: dict[str, Any] | None = setting(MAPPING, keys=SlurmResources)
+
+
+@dataclass
+class GpuConf:
+    label: str | None = setting(TEXT, text)
+    exporter: str | None = setting(TEXT, text)
+    slurm: dict[str, Any] | None = setting(MAPPING, keys=SlurmResources)
+    env: dict[str, Any] | None = setting(MAPPING)
+
+
+@dataclass
+class BuildConf:
+    python: str | None = setting(TEXT, text)
+    fixes: list[str] | None = setting(TEXTS, texts)
+    env: dict[str, Any] | None = setting(MAPPING)
+    pip: list[str] | None = setting(TEXTS, texts)
+    patches: list[str] | None = setting(TEXTS, texts)
+    python_version: str | None = setting(TEXT, text)
+    index_url: str | None = setting(TEXT, text)
+    lerobot: str | None = setting(TEXT, text)
+    transformers: str | None = setting(TEXT, text)
+    overrides: list[str] | None = setting(TEXTS, texts)
+
+
+@dataclass
+class ExporterConf:
+    command: list[str] | None = setting("a non-empty list of strings", lambda v: texts(v) and bool(v))
+    requires_cuda: bool | None = setting("true or false", strict_bool)
+
+
+LAUNCHERS: dict[str, type] = {"local": LocalLauncherConf, "slurm": SlurmLauncherConf}
+AXES: dict[str, type] = {"policies": PolicyConf, "gpus": GpuConf, "builds": BuildConf, "exporters": ExporterConf}
+
+
+def register() -> None:
+    """Store the launchers' schemas, for conf/launcher/*.yaml's `defaults: [/schema/launcher/NAME@_here_]`."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for name, schema in LAUNCHERS.items():
+        store.store(group="schema/launcher", name=name, node=schema)
+
+
+def launcher_name(node: Any) -> str:
+    name = str(node.get("name"))
+    if name not in LAUNCHERS:
+        raise ConfigError(f"unknown launcher {name!r} (valid: {', '.join(LAUNCHERS)})")
+    return name
+
+
+def typed_launcher(node: Any) -> Any:
+    """The launcher config as its dataclass (a launcher YAML of a site's own that does not extend the schema is
+    checked here the same way)."""
+    return _checked(node, LAUNCHERS[launcher_name(node)], "launcher", closed=True)
+
+
+def check_axis(node: str, entries: dict[str, Any]) -> None:
+    """Raise ConfigError on the first bad value of one axis node (policies, gpus, builds, exporters)."""
+    for name, values in entries.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{node}.{name} must be a mapping, got {values!r}")
+        _checked(values, AXES[node], f"{node}.{name}", closed=False)
+
+
+def _checked(node: Any, schema: type, prefix: str, closed: bool) -> Any:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        typed = OmegaConf.structured(schema)  # a dataclass node refuses keys it does not name, a dict's do not
+        if not closed:
+            OmegaConf.set_struct(typed, False)
+        typed = OmegaConf.merge(typed, OmegaConf.to_container(node) if OmegaConf.is_config(node) else node)
+        built = OmegaConf.to_object(typed) if closed else None  # raises on a mandatory value left unset
+    except OmegaConfBaseException as exc:
+        raise one_line(exc, prefix) from None
+    _check_values(OmegaConf.to_container(node) if OmegaConf.is_config(node) else node, schema, prefix)
+    return built
+
+
+def _check_values(values: dict[str, Any], schema: type, prefix: str) -> None:
+    """What the types cannot say, on the values as written: ranges, non-empty strings, strict booleans."""
+    for spec in fields(schema):
+        value = values.get(spec.name)
+        check = spec.metadata.get("check")
+        if check is not None and not check(value):
+            raise ConfigError(f"{prefix}.{spec.name} must be {spec.metadata['allowed']}, got {value!r}")
+        if spec.metadata.get("keys") and isinstance(value, dict):
+            _check_values(value, spec.metadata["keys"], f"{prefix}.{spec.name}")
+
+
+def one_line(exc: Exception, prefix: str = "") -> ConfigError:
+    """OmegaConf's error on a schema (a bad type, an unknown key, a value left unset) as the one line a user gets
+    for it: the key, the value and what is allowed."""
+    from omegaconf.errors import ConfigKeyError, MissingMandatoryValue
+
+    schema, key = getattr(exc, "object_type", None), getattr(exc, "key", None)
+    full_key = ".".join(part for part in (prefix, str(getattr(exc, "full_key", "") or key)) if part)
+    spec = {f.name: f for f in fields(schema)} if isinstance(schema, type) and is_dataclass(schema) else {}
+    if isinstance(exc, ConfigKeyError) and spec:
+        return ConfigError(f"unknown key {full_key} (valid: {', '.join(sorted(spec))})")
+    if key not in spec:
+        return ConfigError(str(exc).splitlines()[0])
+    allowed = spec[key].metadata["allowed"]
+    if isinstance(exc, MissingMandatoryValue):
+        return ConfigError(f"{full_key} must be set ({allowed})")
+    return ConfigError(f"{full_key} must be {allowed}, got {getattr(exc, 'value', None)!r}")
