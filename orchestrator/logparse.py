@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
@@ -88,7 +89,10 @@ def last_error_line(lines: list[str], exception_pattern: str) -> str | None:
         if pattern.match(lines[index]):
             following = lines[index + 1].strip() if index + 1 < len(lines) else ""
             if line.endswith(":") and following and not TRACEBACK_FRAME.match(lines[index + 1]):
-                return f"{line} {following}"  # "SpecViolationError: Operator ...:" continued on the next line
+                # continued on the next line ("SpecViolationError: Operator ..."), or a list of them, one a line
+                # ("missing fallback kernels (2 total):" then "- aten::detach_copy", "- aten::multinomial")
+                items = list(itertools.takewhile(lambda x: x.startswith("- "), (x.strip() for x in lines[index + 1:])))
+                return f"{line} {' '.join(items) or following}"
             return line
     for line in reversed(lines):
         if line.strip() and not TRACEBACK_FRAME.match(line):

@@ -71,6 +71,15 @@ def test_exception_message_on_the_next_line_is_kept() -> None:
                                                   "torch._ops.aten.multinomial.default is not in Core ATen opset")
 
 
+def test_every_item_of_a_listed_message_is_kept() -> None:
+    """ExecuTorch lists the missing kernels one a line; the catalog needs each (vqbet: detach_copy, multinomial)."""
+    text = log("RuntimeError: Method forward missing fallback kernels (2 total):", "  - aten::detach_copy",
+               "  - aten::multinomial", "Please add them to the AOTI backend.",
+               "error: The compile-model step failed (see above), so the bundle was not written.")
+    assert parse_log(text, PATTERNS)["error"] == ("RuntimeError: Method forward missing fallback kernels (2 total): "
+                                                  "- aten::detach_copy - aten::multinomial")
+
+
 def test_embedded_cuda_exporter_lines() -> None:
     text = "\n".join([
         "[compile-model] done in 41.2 s (peak RSS 2381 MiB)",
