@@ -30,12 +30,13 @@ def cache_path(kind: str = "out_dirs") -> Path:
 def kept(kind: str, overrides: list[str], config_dir: Path | None, code: list[Path], extra: list[str],
          compose: Callable[[], Any]) -> Any:
     """compose()'s JSON value for this config and these overrides, from the cache when it has it. code: the
-    files whose logic makes the value (config.py always counts); extra: anything else it depends on. A compose
-    that raises (a bad override) is not kept."""
+    files whose logic makes the value (config.py and schema.py always count); extra: anything else it depends
+    on. A compose that raises (a bad override) is not kept."""
     files = ConfigFiles(config_dir)
     key = None
     if not files.interpolates and not any("${" in o for o in overrides):
-        sources = [path.read_bytes() for path in (Path(__file__).parent / "config.py", *code)]
+        here = Path(__file__).parent
+        sources = [path.read_bytes() for path in (here / "config.py", here / "schema.py", *code)]
         key = digest([files.everything, *map(str, files.dirs), *overrides, "\0", *sources, _hydra_version(), "\0",
                       *extra])
     known = _read(kind) if key else {}
