@@ -139,7 +139,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
         write_bytes_atomic(into, spliced)
     print(text, end="")
     counts = Counter(done.matrix["symbol"].tolist())
-    print(f"collected {done.records} records into {len(done.matrix)} policy × GPU cells "
+    print(f"collected {done.records} records into {len(done.matrix)} table cells (policy × column) "
           f"({', '.join(f'{counts[s]} {s}' for s in SYMBOL_ORDER if s in counts)}): "
           f"{', '.join(str(out_dir / n) for n in (*OUTPUTS, CHANGES))}" + (f", {into}" if into else ""),
           file=sys.stderr)

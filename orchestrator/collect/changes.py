@@ -36,7 +36,7 @@ def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Setti
     if previous is None:
         counts = matrix["symbol"].value_counts()
         summary = ", ".join(f"{counts[s]} {s}" for s in SYMBOL_ORDER if s in counts)
-        return [f"first collect: {len(matrix)} policy × GPU cells ({summary or 'none'})"]
+        return [f"first collect: {len(matrix)} table cells (policy × column) ({summary or 'none'})"]
     now = matrix.astype({"failures": str}).fillna({"failures": "", "new_error": ""}).assign(order=range(len(matrix)))
     merged = now.merge(previous, on=KEYS, how="outer", suffixes=("", "_was"), indicator="state")
     merged = merged.sort_values("order", kind="stable", na_position="last")  # table order; dropped cells last

@@ -185,7 +185,7 @@ def test_repeated_runs_straddling_the_limit(reruns: dict) -> None:
 
 
 def test_changes_since_the_previous_collect(reruns: dict) -> None:
-    assert "- first collect: 6 policy × GPU cells (3 ❌, 3 —)" in reruns["first"]
+    assert "- first collect: 6 table cells (policy × column) (3 ❌, 3 —)" in reruns["first"]
     changes = (reruns["out"] / "changes.md").read_text()
     assert changes == reruns["second"]
     assert "- wall\\_x on A100: ❌ → 🟡" not in changes  # names are not escaped inside words

@@ -459,7 +459,7 @@ def test_changes_md(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     passed(tmp_path, "act/a100/stock", diff=0.01)
     passed(tmp_path, "diffusion/h100/stock", diff=0.01)
     assert collect(tmp_path, matrix="matrix.policies=[act,diffusion]") == 0
-    assert "- first collect: 4 policy × GPU cells (2 ✅, 1 ❌, 1 —)" in capsys.readouterr().out
+    assert "- first collect: 4 table cells (policy × column) (2 ✅, 1 ❌, 1 —)" in capsys.readouterr().out
     assert collect(tmp_path, matrix="matrix.policies=[act,diffusion]") == 0
     assert capsys.readouterr().out == "Changes since the previous collect:\n\nNothing changed.\n"
     passed(tmp_path, "act/h100/pr202785")  # ❌ -> 🟡
