@@ -64,6 +64,8 @@ MAPPING = "a mapping (key: value)"
 
 @dataclass
 class PrepareConf:
+    """What the make_random array asks of Slurm (`launcher.prepare`)."""
+
     partition: str | None = setting(TEXT, text)
     constraint: str | None = setting(TEXT, text)
     cpus_per_task: float | None = setting(POSITIVE, positive)
@@ -93,15 +95,11 @@ class SlurmLauncherConf:
 
 
 @dataclass
-class SlurmResources:
-    """The Slurm keys a gpu or policy config may set (others pass through to the record as they are)."""
+class SlurmResources(PrepareConf):
+    """The Slurm keys a gpu or policy config may set (others pass through to the record as they are): those of
+    the make_random array, and the GPUs a job asks for."""
 
-    partition: str | None = setting(TEXT, text)
     gres: str | None = setting(TEXT, text)
-    constraint: str | None = setting(TEXT, text)
-    cpus_per_task: float | None = setting(POSITIVE, positive)
-    mem_gb: float | None = setting(POSITIVE, positive)
-    time_min: float | None = setting(POSITIVE, positive)
 
 
 @dataclass
