@@ -195,7 +195,7 @@ def start_attempt(cell_dir: Path) -> int:
     if not leftovers:
         return 1
     earlier = read_record(cell_dir)
-    if earlier is not None and earlier.status == "pending" and not earlier.job_id and len(leftovers) == 1:
+    if earlier is not None and earlier.status == Status.PENDING and not earlier.job_id and len(leftovers) == 1:
         return earlier.attempt  # a sweep that stopped before submitting it: that attempt never ran
     archive = cell_dir / ATTEMPTS_DIR
     number = earlier.attempt if earlier else len(list(archive.glob("*"))) + 1
