@@ -46,6 +46,13 @@ def test_a_key_appended_to_the_launcher_is_refused_by_name() -> None:
                                  "partition, time_min)")
 
 
+def test_the_make_random_arrays_settings_are_checked_too() -> None:
+    """`launcher.prepare` is typed by its own dataclass; its ranges are checked as the launcher's are."""
+    with pytest.raises(ConfigError) as caught:
+        resolve(compose_config(["launcher=slurm", "launcher.prepare.cpus_per_task=-1"]))
+    assert str(caught.value) == "launcher.prepare.cpus_per_task must be a number greater than 0, got -1.0"
+
+
 def test_axis_entries_keep_a_sites_own_keys_and_their_values_as_written() -> None:
     """The axis schemas are open and leave values alone: a record's fingerprint hashes the configs as written, so
     checking them must not turn 60 into 60.0 or add the keys a config left out."""

@@ -60,6 +60,11 @@ class Catalog:
     def ids(self) -> list[str]:
         return [e.id for e in self.entries]
 
+    @property
+    def env_ids(self) -> list[str]:
+        """The `decides: false` entries: a failure they match (and no other) decided nothing."""
+        return [e.id for e in self.entries if e.decides is False]
+
     def match(self, text: str | None) -> list[str]:
         """The ids whose patterns occur in text."""
         return [e.id for e in self.entries if any(p.search(text) for p in e.patterns)] if text else []

@@ -79,7 +79,7 @@ def summarize(matrix: pd.DataFrame, cells: pd.DataFrame,
             clause = clauses.setdefault(_describe(main_ids, other, everywhere, notes, settings), [[], (9, 0, "")])
             clause[0].append(policy)
             clause[1] = min(clause[1], *(id_key(i) for i in main_ids))
-    env_ids = {e.id for e in settings.catalog.entries if e.decides is False}
+    env_ids = set(settings.catalog.env_ids)
     waiting: dict[str, set[str]] = defaultdict(set)  # a `decides: false` id -> policies it left undecided
     for policy, outcome, reason in zip(*columns(cells, "policy", "outcome", "reason"), strict=True):
         if outcome == "undecided":  # its reason is those ids (rules.py), or words such as `timeout 5 min`

@@ -70,10 +70,9 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     if unmatched.any():  # no entry knows the error line: look in the log's tail
         flags = flags | catalog.match_many(df["log_tail"].where(unmatched))
     promoted = flags[[e.column for e in catalog.entries if e.decides]].any(axis=1)
-    env_ids = [e.id for e in catalog.entries if e.decides is False]
-    compiler = [e.column for e in catalog.entries if e.patterns and e.decides is not False]
-    env_failure = ended & flags[[e.column for e in catalog.entries if e.decides is False]].any(axis=1) \
-        & ~flags[compiler].any(axis=1)
+    env_ids = catalog.env_ids
+    compiler = [e.column for e in catalog.entries if e.patterns and e.id not in env_ids]
+    env_failure = ended & flags[[flag_column(i) for i in env_ids]].any(axis=1) & ~flags[compiler].any(axis=1)
     crashed = (df["status"] == Status.KILLED) & df["error"].fillna("").astype(str).str.contains(CRASH_SIGNALS)
     # An export that compiled but that no runtime could run (`check: none`) was judged by nobody.
     unchecked = (df["status"] == Status.FAILED) & (df["failed_step"] == "check") & (df["check"] == "none")
