@@ -7,8 +7,9 @@ entry, so its files win over the package's `conf/`, which is appended through `h
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,10 @@ POLICY_CHUNK = 64  # policies per Hydra composition (see _compose_many)
 
 class ConfigError(ValueError):
     """A bad name or value in the configuration; its message is the one line the user sees."""
+
+
+class _ComposeError(ConfigError):
+    """Hydra refused a composition: perhaps an override names a key no config holds (see _unknown_key)."""
 
 
 @dataclass
@@ -106,7 +111,6 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
     from hydra import initialize_config_dir
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
 
     overrides, selection = split_selection(overrides)
     dirs = [PACKAGE_CONF] if config_dir is None else [Path(config_dir).resolve(), PACKAGE_CONF]
@@ -127,42 +131,211 @@ def compose_config(overrides: list[str], config_dir: Path | None = None) -> Comp
                 if key in CHOICE_GROUPS and value not in options[key] and value != "null":
                     raise unknown(key, value, options[key])
             _check_selection(selection, options)
-            base = [o for o in overrides if not _axis_override(o)]
-            cfg = _compose(search + base)
-            choices = dict(OmegaConf.to_container(cfg.hydra.runtime.choices))
-            matrix = cfg.matrix
-            names = {
-                "policy": _names(matrix, "policies", options["policy"], "policy"),
-                "gpu": _names(matrix, "gpus", options["gpu"], "gpu"),
-                "torch": _names(matrix, "torch", options["torch"], "torch"),
-            }
-            for axis, patterns in selection.items():  # compose only what the selection keeps
-                names[axis] = [n for n in names[axis] if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-            for entry in [*(matrix.get("include") or []), *(matrix.get("exclude") or [])]:
-                for axis, value in entry.items():
-                    if axis not in names:
-                        raise ConfigError(f"unknown matrix axis {axis!r} in include/exclude "
-                                          "(valid: gpu, policy, torch)")
-                    if value not in options[axis]:
-                        raise unknown(axis, value, options[axis])
-                    if value not in names[axis]:
-                        names[axis].append(value)
-            if not any(names.values()) and len(base) == len(overrides):  # an empty matrix (status, wait)
-                return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs, selection=selection)
-            # Phase 2 composes the policies, GPUs and builds, so the GPUs' own exporter defaults (and any
-            # override of them) are known; phase 3 adds those exporters.
-            axes = [f"+{group}@{AXES[group]}.{n}={n}" for group, values in names.items() for n in values]
-            not_exporters = [o for o in overrides if not o.lstrip("+~").startswith("exporters.")]
-            if len(names["policy"]) > POLICY_CHUNK:
-                cfg = _compose_many(search, names, not_exporters, overrides, choices, options["exporter"])
-            else:
-                cfg = _compose(search + axes + not_exporters)
-                exporters = _exporter_names(cfg, choices, names, options["exporter"])
-                axes += [f"+exporter@exporters.{n}={n}" for n in exporters]
-                cfg = _compose(search + axes + overrides)
+            try:
+                composed = _compose_all(overrides, search, options, dirs, selection)
+            except _ComposeError as exc:
+                raise _unknown_key(overrides, search, options, appended=False) or exc from None
+            bad = _unknown_key(overrides, search, options, appended=True)
+            if bad is not None:
+                raise bad
     except yaml.YAMLError as exc:
         raise yaml_error(exc) from None
+    return composed
+
+
+def _compose_all(overrides: list[str], search: list[str], options: dict[str, list[str]], dirs: list[Path],
+                 selection: dict[str, list[str]]) -> Composed:
+    """Phase 1 composes the primary config with the overrides outside the axes, which names the matrix."""
+    from omegaconf import OmegaConf
+
+    base = [o for o in overrides if not _axis_override(o)]
+    cfg = _compose(search + base)
+    choices = dict(OmegaConf.to_container(cfg.hydra.runtime.choices))
+    matrix = cfg.matrix
+    names = {
+        "policy": _names(matrix, "policies", options["policy"], "policy"),
+        "gpu": _names(matrix, "gpus", options["gpu"], "gpu"),
+        "torch": _names(matrix, "torch", options["torch"], "torch"),
+    }
+    for axis, patterns in selection.items():  # compose only what the selection keeps
+        names[axis] = [n for n in names[axis] if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    for entry in [*(matrix.get("include") or []), *(matrix.get("exclude") or [])]:
+        for axis, value in entry.items():
+            if axis not in names:
+                raise ConfigError(f"unknown matrix axis {axis!r} in include/exclude "
+                                  "(valid: gpu, policy, torch)")
+            if value not in options[axis]:
+                raise unknown(axis, value, options[axis])
+            if value not in names[axis]:
+                names[axis].append(value)
+    if not any(names.values()) and len(base) == len(overrides):  # an empty matrix (status, wait)
+        return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs, selection=selection)
+    # An override may reach into a policy, GPU, build or exporter the matrix does not hold (README's
+    # `policies.flux3.timeout_min=240` under the smoke matrix): it is composed too, so the override
+    # applies to (and is checked against) its config, and gives no cell.
+    named = _named_entries(overrides, options)
+    composed = {group: [*names[group], *(n for n in named[group] if n not in names[group])]
+                for group in names}
+    # Phase 2 composes the policies, GPUs and builds, so the GPUs' own exporter defaults (and any
+    # override of them) are known; phase 3 adds those exporters.
+    axes = [f"+{group}@{AXES[group]}.{n}={n}" for group, values in composed.items() for n in values]
+    not_exporters = [o for o in overrides if not o.lstrip("+~").startswith("exporters.")]
+    if len(composed["policy"]) > POLICY_CHUNK:
+        cfg = _compose_many(search, composed, names, not_exporters, overrides, choices, options["exporter"],
+                            named["exporter"])
+    else:
+        cfg = _compose(search + axes + not_exporters)
+        exporters = _exporter_names(cfg, choices, names, options["exporter"])
+        exporters += [n for n in named["exporter"] if n not in exporters]
+        axes += [f"+exporter@exporters.{n}={n}" for n in exporters]
+        cfg = _compose(search + axes + overrides)
     return Composed(cfg=cfg, choices=choices, options=options, config_dirs=dirs, selection=selection)
+
+
+def _key_of(override: str) -> tuple[str, list[str]] | None:
+    """An override's prefix (+, ++, ~ or none) and its key's parts, for the overrides whose key must be a config's
+    or a schema's; None for Hydra's own keys, a group choice (`matrix=tracking`) and a package (`+a@b=c`)."""
+    key = override.partition("=")[0]
+    body = key.lstrip("+~")
+    if not body or "@" in body or "/" in body or body.split(".")[0] == "hydra" or body in CHOICE_GROUPS:
+        return None
+    return key[:len(key) - len(body)], body.split(".")
+
+
+def _named_entries(overrides: list[str], options: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The valid policy, GPU, build and exporter names that overrides reach into (`policies.flux3.x=1`: flux3)."""
+    groups = {node: group for group, node in AXES.items()}
+    named: dict[str, list[str]] = {group: [] for group in AXES}
+    for override in overrides:
+        found = _key_of(override)
+        if found and found[1][0] in groups and len(found[1]) > 1:
+            group, name = groups[found[1][0]], found[1][1]
+            if name in options[group] and name not in named[group]:
+                named[group].append(name)
+    return named
+
+
+def _unknown_key(overrides: list[str], search: list[str], options: dict[str, list[str]],
+                 appended: bool) -> ConfigError | None:
+    """The first override naming a key that no schema declares and no config holds, as one line with the nearest
+    valid keys; None where there is none. `appended`: check the `+key=value` overrides (Hydra adds any key so
+    written); else the others (Hydra refuses an absent key, with advice to append it that names no valid key).
+
+    Open mappings stay open: `env:`, `checkpoint:`, `sbatch:` (fields a schema types as a mapping with no keys of
+    its own), and a mapping of a site's own that its config holds (`policies.act.site_meta.x`). The launcher's
+    appended keys are left to its schema (schema.typed_launcher names them)."""
+    wanted = []
+    for override in overrides:
+        found = _key_of(override)
+        if found is None or found[0].startswith("+") != appended:
+            continue
+        if appended and (found[1][0] == "launcher" or _declared(found[1], options)):
+            continue  # a schema's field, or under an open mapping: no composition needed to know
+        wanted.append(found[1])
+    if not wanted:
+        return None
+    base = _base_config(overrides, search, options)
+    if base is None:
+        return None
+    for parts in wanted:
+        problem = _key_problem(parts, base, options)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _base_config(overrides: list[str], search: list[str], options: dict[str, list[str]]) -> dict[str, Any] | None:
+    """The config without the overrides' keys (the group choices kept), with the axis entries they reach into."""
+    from omegaconf import OmegaConf
+
+    choices = [o.lstrip("+") for o in overrides if o.lstrip("+").partition("=")[0] in CHOICE_GROUPS]
+    named = _named_entries(overrides, options)
+    entries = [f"+{group}@{AXES[group]}.{n}={n}" for group, names in named.items() for n in names]
+    try:
+        cfg = _compose(search + choices + entries)
+    except ConfigError:
+        return None
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    plain.pop("hydra", None)
+    return plain
+
+
+def _schema_fields(schema: type) -> dict[str, Any]:
+    return {spec.name: spec for spec in fields(schema)}
+
+
+def _is_mapping(spec: Any) -> bool:
+    from .schema import mapping
+
+    return spec.metadata["check"] is mapping
+
+
+def _declared(parts: list[str], options: dict[str, list[str]]) -> bool:
+    """Whether the schemas alone say this key may be set: an axis entry's field, or a key under an open mapping."""
+    from .schema import AXES as SCHEMAS
+
+    groups = {node: group for group, node in AXES.items()}
+    if parts[0] not in groups or len(parts) < 2 or parts[1] not in options[groups[parts[0]]]:
+        return False
+    schema: type | None = SCHEMAS[parts[0]]
+    for part in parts[2:]:
+        spec = _schema_fields(schema).get(part) if schema else None
+        if spec is None:
+            return False
+        if not _is_mapping(spec) or spec.metadata["keys"] is None:
+            return True  # a value, or an open mapping (env:, checkpoint:): anything below it
+        schema = spec.metadata["keys"]
+    return True
+
+
+def _key_problem(parts: list[str], base: dict[str, Any], options: dict[str, list[str]]) -> ConfigError | None:
+    """Walk the key through the config (without the overrides) and the schemas; the error where it leaves both."""
+    from .schema import AXES as SCHEMAS
+    from .schema import LAUNCHERS
+
+    groups = {node: group for group, node in AXES.items()}
+    node: Any = base
+    schema: type | None = None
+    for depth, part in enumerate(parts):
+        here = ".".join(parts[:depth])
+        if depth == 0 and part in groups:  # policies, gpus, builds, exporters: held where the matrix names some
+            node = base.get(part) or {}
+            continue
+        if depth == 1 and parts[0] in groups:  # an axis entry: a config of its group
+            valid = options[groups[parts[0]]]
+            if part not in valid:
+                return _unknown_key_error(parts, here, valid)
+            node, schema = (node or {}).get(part), SCHEMAS[parts[0]]
+            continue
+        spec = _schema_fields(schema).get(part) if schema else None
+        held = isinstance(node, dict) and part in node
+        if spec is not None and _is_mapping(spec) and spec.metadata["keys"] is None:
+            return None  # an open mapping
+        if spec is None and held and schema is not None and isinstance(node[part], dict):
+            return None  # a mapping of a site's own, in its config: open
+        if spec is None and not held:
+            valid = [*(node if isinstance(node, dict) else {}), *(_schema_fields(schema) if schema else {})]
+            if depth == 0:
+                valid += [*SELECT_AXES, *CHOICE_GROUPS, *AXES.values()]
+            return _unknown_key_error(parts, here, valid)
+        if spec is not None and not _is_mapping(spec):
+            return None  # a field's value (a list, a number): what it may be is the schema's check
+        node = node.get(part) if held else None
+        schema = spec.metadata["keys"] if spec is not None else None
+        if depth == 0 and part == "launcher" and isinstance(node, dict):
+            schema = LAUNCHERS.get(str(node.get("name")))
+    return None
+
+
+def _unknown_key_error(parts: list[str], here: str, valid: list[str]) -> ConfigError:
+    valid = sorted({str(v) for v in valid})
+    bad = parts[len(here.split(".")) if here else 0]
+    near = difflib.get_close_matches(bad, valid, n=3, cutoff=0.6)
+    key = ".".join(parts)
+    if near:
+        return ConfigError(f"unknown key {key} (nearest: {', '.join(f'{here}.{n}' if here else n for n in near)})")
+    return ConfigError(f"unknown key {key} (valid {f'under {here}' if here else 'at the top'}: "
+                       f"{', '.join(valid) or 'none'})")
 
 
 def _group_options(search: list[str]) -> dict[str, list[str]]:
@@ -176,8 +349,9 @@ def _group_options(search: list[str]) -> dict[str, list[str]]:
     return {group: repository.get_group_options(group, ObjectType.CONFIG) for group in (*AXES, "matrix", "launcher")}
 
 
-def _compose_many(search: list[str], names: dict[str, list[str]], not_exporters: list[str], overrides: list[str],
-                  choices: dict[str, Any], valid_exporters: list[str]) -> DictConfig:
+def _compose_many(search: list[str], names: dict[str, list[str]], cells: dict[str, list[str]],
+                  not_exporters: list[str], overrides: list[str], choices: dict[str, Any], valid_exporters: list[str],
+                  named_exporters: list[str]) -> DictConfig:
     """Phases 2 and 3 for a matrix of many policies. Hydra merges a composition's configs one by one, re-parenting
     the whole tree each time, so one composition of N policies costs O(N²) (800 policies: minutes). Policies go in
     chunks of POLICY_CHUNK, each with every GPU and build and the overrides that concern it, and are joined; the
@@ -199,7 +373,8 @@ def _compose_many(search: list[str], names: dict[str, list[str]], not_exporters:
         joined.update(OmegaConf.to_container(part.policies, resolve=False))
     with open_dict(cfg):
         cfg.policies = joined
-    exporters = _exporter_names(cfg, choices, names, valid_exporters)
+    exporters = _exporter_names(cfg, choices, cells, valid_exporters)
+    exporters += [n for n in named_exporters if n not in exporters]
     base = [o for o in overrides if not _axis_override(o) or o.lstrip("+~").startswith("exporters.")]
     found = _compose(search + [f"+exporter@exporters.{n}={n}" for n in exporters] + base)
     with open_dict(cfg):
@@ -221,7 +396,7 @@ def _compose(overrides: list[str]) -> DictConfig:
     try:
         return compose(PRIMARY, overrides=overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise _schema_error(exc) or ConfigError(_first_line(exc)) from None
+        raise _ComposeError(str(_schema_error(exc) or _first_line(exc))) from None
     except yaml.YAMLError as exc:
         raise yaml_error(exc) from None
 

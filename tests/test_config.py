@@ -87,6 +87,41 @@ def test_bad_override_syntax_is_one_line() -> None:
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "nosuchkey" in done.stderr
 
 
+@pytest.mark.parametrize(("override", "message"), [
+    ("polcy=act", "unknown key polcy (nearest: policy, policies)"),
+    ("+polcy=act", "unknown key polcy (nearest: policy, policies)"),
+    ("++polcy=act", "unknown key polcy (nearest: policy, policies)"),
+    ("~polcy", "unknown key polcy (nearest: policy, policies)"),
+    ("policies.act.tiemout_min=3", "unknown key policies.act.tiemout_min (nearest: policies.act.timeout_min)"),
+    ("+policies.act.tiemout_min=3", "unknown key policies.act.tiemout_min (nearest: policies.act.timeout_min)"),
+    ("+gpus.cpu.slurm.partiton=x", "unknown key gpus.cpu.slurm.partiton (nearest: gpus.cpu.slurm.partition)"),
+    ("+policies.nope.env.X=1", "unknown key policies.nope.env.X (valid under policies: act, cosmos3, "),
+    ("repeat.rns=3", "unknown key repeat.rns (nearest: repeat.runs)"),
+    ("+repeat.rns=3", "unknown key repeat.rns (nearest: repeat.runs)"),
+    ("launcher.paralel=3", "unknown key launcher.paralel (nearest: launcher.parallel)"),
+])
+def test_an_override_naming_a_key_nothing_holds_is_refused_with_the_nearest(override: str, message: str) -> None:
+    """Appended (+, ++) or not, a key that no schema declares and no config holds stops the command in one line
+    naming it and the nearest valid keys (Hydra said "use +" for the plain form and took the appended one)."""
+    done = cli("cells", override, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"export-matrix: error: {message}"), done.stderr
+
+
+def test_open_mappings_and_entries_outside_the_matrix_take_overrides() -> None:
+    """env:, a checkpoint's make_random overrides and a schema's fields stay open to `+`; a policy the matrix does
+    not hold takes overrides (README's `policies.flux3.timeout_min=240` under the default matrix) and gives no
+    cell."""
+    overrides = ["+policies.act.env.MY_FLAG=1", "+policies.act.checkpoint.random.overrides.chunk_size=10",
+                 "+policies.act.slurm.partition=cpu", "policies.flux3.timeout_min=240",
+                 "+policies.flux3.env.X=1", "exporters.repro.command=[x]", "gpus.h100.slurm.cpus_per_task=4"]
+    assert cli("cells", *overrides).stdout.splitlines() == cells()
+    spec = next(s for s in resolve(compose_config(overrides)) if s.policy == "act")
+    assert spec.env["MY_FLAG"] == "1" and spec.checkpoint["random"]["overrides"]["chunk_size"] == 10
+    assert spec.slurm["partition"] == "cpu"
+
+
 def test_exclude_and_include_partial_cells() -> None:
     ids = cells("matrix=tracking", "matrix.policies=[act,flux3]", "matrix.torch=[stock]",
                 "matrix.exclude=[{policy: flux3, gpu: a100}]", "matrix.include=[{policy: act, gpu: cpu}]")
@@ -168,7 +203,8 @@ def test_show_prints_a_cells_configs_and_exact_commands_without_running_it(tmp_p
     ckpt = shown["make_random"][3]
     assert shown["make_random"][2] == "act" and ckpt.startswith(f"{tmp_path / 'ckpts'}/act-")
     assert shown["make_random"][4] == "pretrained_backbone_weights=null"
-    assert shown["export"][2:] == [f"--policy.path={ckpt}", f"--output_dir={tmp_path}/cells/act/cpu/local/bundle"]
+    assert shown["export"][2:] == [f"--policy.path={ckpt}", f"--output_dir={tmp_path}/cells/act/cpu/local/bundle",
+                                   "--tolerance=0.001"]  # act's config's tolerance
     assert len(shown["fingerprint"]) == 16 and not (tmp_path / "cells").exists()  # nothing ran
 
 
@@ -179,7 +215,8 @@ def test_many_policies_compose_in_chunks_to_the_same_config(monkeypatch: pytest.
     from orchestrator.config import to_plain
 
     overrides = ["matrix=tracking", "policies.flux3.timeout_min=7", "+policies.act.env.X=1",
-                 "gpus.h100.slurm.cpus_per_task=1", "exporter=lerobot_cuda", "exporters.lerobot_cuda.command=[x]"]
+                 "policies.tdmpc_mpc.timeout_min=9", "gpus.h100.slurm.cpus_per_task=1", "exporter=lerobot_cuda",
+                 "exporters.lerobot_cuda.command=[x]"]
     monkeypatch.setattr(config, "POLICY_CHUNK", 10**6)
     whole = compose_config(overrides)
     monkeypatch.setattr(config, "POLICY_CHUNK", 3)
@@ -190,5 +227,6 @@ def test_many_policies_compose_in_chunks_to_the_same_config(monkeypatch: pytest.
     assert len(to_plain(chunked.cfg.policies)) == len(to_plain(whole.cfg.policies)) > 3
     assert [(s.id, s.fingerprint, s.configs) for s in resolve(whole, True)] == \
         [(s.id, s.fingerprint, s.configs) for s in resolve(chunked, True)]
-    with pytest.raises(ConfigError, match="Could not override 'policies.nope.timeout_min'"):
+    assert chunked.cfg.policies.tdmpc_mpc.timeout_min == 9  # outside the matrix, composed for its override
+    with pytest.raises(ConfigError, match=r"^unknown key policies\.nope\.timeout_min \(valid under policies: act, "):
         compose_config([*overrides, "policies.nope.timeout_min=3"])

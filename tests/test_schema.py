@@ -53,13 +53,19 @@ def test_the_make_random_arrays_settings_are_checked_too() -> None:
     assert str(caught.value) == "launcher.prepare.cpus_per_task must be a number greater than 0, got -1.0"
 
 
-def test_axis_entries_keep_a_sites_own_keys_and_their_values_as_written() -> None:
-    """The axis schemas are open and leave values alone: a record's fingerprint hashes the configs as written, so
-    checking them must not turn 60 into 60.0 or add the keys a config left out."""
-    spec = next(s for s in resolve(compose_config(["+policies.act.site_owner=lab-3", "+gpus.cpu.slurm.qos=low"]))
-                if s.policy == "act")
+def test_axis_entries_keep_a_sites_own_keys_and_their_values_as_written(tmp_path: Path) -> None:
+    """The axis schemas are open to the keys a site's own configs hold and leave values alone: a record's
+    fingerprint hashes the configs as written, so checking them must not turn 60 into 60.0 or add the keys a config
+    left out. (A key that no schema declares and no config holds, appended on the command line, is refused:
+    tests/test_config.py.)"""
+    write(tmp_path / "policy/act.yaml", "checkpoint: {random: {type: act}}\ntask: null\nexport_args: []\n"
+          "timeout_min: 30\nenv: {}\nsite_owner: lab-2\nsite_meta: {room: 3}\n")
+    write(tmp_path / "gpu/cpu.yaml", "label: CPU\nexporter: executorch_cpu\nslurm: {cpus_per_task: 2, qos: high}\n")
+    overrides = ["policies.act.site_owner=lab-3", "gpus.cpu.slurm.qos=low", "+policies.act.site_meta.floor=1"]
+    spec = next(s for s in resolve(compose_config(overrides, tmp_path)) if s.policy == "act")
     policy = spec.configs["policy"]
     assert policy["site_owner"] == "lab-3" and spec.configs["gpu"]["slurm"]["qos"] == "low"
+    assert policy["site_meta"] == {"room": 3, "floor": 1}
     assert "exporter" not in policy and "slurm" not in policy
     assert isinstance(policy["timeout_min"], int)
 
