@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from .config import ConfigError, compose_config
+from .config import ConfigError, check_out_dir, compose_config
 from .fingerprint_cache import remember
 from .launchers.common import Interrupted
 
@@ -145,7 +145,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if not (args.cells or args.failed or args.stale):
         raise ConfigError("rerun needs cell ids or patterns, --failed or --stale")
     composed = compose_config(args.overrides, args.config_dir)
-    specs = select(Path(composed.cfg.out_dir), args.cells, args.failed, args.stale, args.overrides, args.config_dir)
+    out_dir = check_out_dir(Path(composed.cfg.out_dir))
+    specs = select(out_dir, args.cells, args.failed, args.stale, args.overrides, args.config_dir)
     if not specs:
         Console(stderr=True).print("nothing to rerun")
         return 0
@@ -173,6 +174,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     from .cell_show import describe_cell
 
+    out_dir_of(args)
     print(yaml.safe_dump(describe_cell(args.cell, args.overrides, args.config_dir), sort_keys=False, width=120),
           end="")
     return 0
@@ -187,20 +189,24 @@ def out_dir_only(overrides: list[str]) -> list[str]:
             "matrix.exclude=[]"]
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def out_dir_of(args: argparse.Namespace) -> Path:
+    """The command's out_dir (composed without the matrix, cached), refused where it is a file."""
     from .config_cache import composed_out_dir
+
+    return check_out_dir(composed_out_dir(out_dir_only(args.overrides), args.config_dir))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
     from .status import show_status
 
-    return show_status(composed_out_dir(out_dir_only(args.overrides), args.config_dir), args.overrides,
-                       args.config_dir)
+    return show_status(out_dir_of(args), args.overrides, args.config_dir)
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from .config_cache import composed_out_dir
     from .launchers.slurm.commands import wait_command
     from .status import show_status
 
-    out_dir = composed_out_dir(out_dir_only(args.overrides), args.config_dir)
+    out_dir = out_dir_of(args)
     return wait_command(out_dir, args.poll_s,
                         lambda cells: show_status(out_dir, args.overrides, args.config_dir, polled=cells))
 
@@ -208,6 +214,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 def cmd_collect(args: argparse.Namespace) -> int:
     from .collect import run_collect
 
+    out_dir_of(args)
     return run_collect(args.overrides, args.config_dir, args.into, args.check)
 
 

@@ -90,6 +90,13 @@ def _check_selection(selection: dict[str, list[str]], options: dict[str, list[st
                 raise unknown(axis, pattern, options[axis])
 
 
+def check_out_dir(out_dir: Path) -> Path:
+    """out_dir, unless it names a file: every command that reads or writes out_dir refuses one in the same line."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"out_dir {str(out_dir)!r} is a file, not a directory")
+    return out_dir
+
+
 def unknown(kind: str, value: Any, valid: list[str]) -> ConfigError:
     return ConfigError(f"unknown {kind} {value!r} (valid: {', '.join(sorted(valid)) or 'none'})")
 

@@ -14,16 +14,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .config import ConfigError
+from .config import ConfigError, check_out_dir
 
 LOCK_NAME = ".export-matrix.lock"
 
 
 @contextmanager
 def sweep_lock(out_dir: Path, what: str) -> Iterator[None]:
-    path = out_dir / LOCK_NAME
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"out_dir {str(out_dir)!r} is a file, not a directory")
+    path = check_out_dir(out_dir) / LOCK_NAME
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a+")
