@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 
 from .config import ConfigError, check_out_dir, compose_config
+from .console import stderr_console
 from .fingerprint_cache import remember
 from .launchers.common import Interrupted
 
@@ -88,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     previous = _on_sigterm(_interrupt)  # SIGTERM stops a sweep as Ctrl-C does
     try:
-        return COMMANDS[name](args)
+        code = COMMANDS[name](args)
+        sys.stdout.flush()  # a reader that went away shows here, not in Python's flush at exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except (KeyboardInterrupt, Interrupted) as exc:
         cancelled = f"{len(exc.cancelled)} cells cancelled, " if isinstance(exc, Interrupted) else ""
         retry = " ".join(["export-matrix rerun --failed", *getattr(args, "overrides", [])])
@@ -104,6 +109,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         _on_sigterm(previous)
+
+
+def _reader_gone() -> int:
+    """The output's reader went away (`export-matrix cells | head -2`): end quietly as cat does, killed by SIGPIPE
+    (the shell's status 141). Python ignores SIGPIPE and raises BrokenPipeError instead, which said
+    'error: Broken pipe' and exited 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):  # nothing left to flush into the closed pipe
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    return 128 + signal.SIGPIPE  # not reached: the signal ends the process
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -148,7 +168,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     out_dir = check_out_dir(Path(composed.cfg.out_dir))
     specs = select(out_dir, args.cells, args.failed, args.stale, args.overrides, args.config_dir)
     if not specs:
-        Console(stderr=True).print("nothing to rerun")
+        stderr_console().print("nothing to rerun")
         return 0
     remember(Path(composed.cfg.out_dir), specs, args.overrides, args.config_dir)
     return _launch(specs, composed, "rerun", args.wait, args.force)
@@ -160,7 +180,7 @@ def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = 
     from .sweep_lock import sweep_lock
 
     out_dir = Path(composed.cfg.out_dir)
-    console = Console(stderr=True)
+    console = stderr_console()
     launcher = launcher_for(composed.cfg.launcher)  # its settings checked before anything is written
     with sweep_lock(out_dir, what):
         console.print(f"[bold]{len(specs)} cells[/] of {escape(what)} on launcher "
@@ -233,7 +253,7 @@ def cmd_env_build(args: argparse.Namespace) -> int:
     from .envs import EnvBuildError, build_env_logged
 
     recipe = _recipe(args)
-    console = Console(stderr=True)
+    console = stderr_console()
     offline = f", offline from {args.wheelhouse}" if args.wheelhouse else ""
     console.print(escape(f"building {args.name} in {recipe.path} ({', '.join(recipe.requirements)}{offline})"))
     try:
@@ -250,7 +270,7 @@ def cmd_env_wheelhouse(args: argparse.Namespace) -> int:
     from .wheelhouse import make_wheelhouse_logged
 
     recipe = _recipe(args)
-    console = Console(stderr=True)
+    console = stderr_console()
     console.print(escape(f"downloading the wheels of {args.name} into {args.dir}"))
     try:
         lock = make_wheelhouse_logged(recipe, args.dir)

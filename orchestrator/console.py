@@ -22,6 +22,14 @@ STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "yellow", "killed
 SHOWN_STYLE = {**STATUS_STYLE, "pending": "dim", "running": "cyan", "requeued": "cyan", "suspended": "dim"}
 
 
+def stderr_console() -> Console:
+    """The commands' console, on stderr. Into a file or a pipe rich would wrap every line at 80 columns, splitting a
+    cell's line in two; there a line stays one line (a terminal still gets rich's wrapping)."""
+    console = Console(stderr=True)
+    console.soft_wrap = not console.is_terminal
+    return console
+
+
 def progress(console: Console) -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TextColumn("{task.fields[counts]}"), console=console, transient=False)

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .config import selected, split_selection
-from .console import aligned
+from .console import aligned, stderr_console
 from .fingerprint_cache import current_keys
 from .selection import is_stale, recorded
 
@@ -32,7 +32,7 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None,
     from .launchers.slurm.follow import poll
     from .launchers.slurm.manifest import manifest_path
 
-    errors = Console(stderr=True)
+    errors = stderr_console()
     overrides, selection = split_selection(overrides)
     every = recorded(out_dir)  # read once: poll settles ended jobs from these
     jobs = {}

@@ -20,7 +20,7 @@ import submitit
 from rich.console import Console
 from rich.markup import escape
 
-from ..console import counts_text, describe, exit_code, summarize
+from ..console import counts_text, describe, exit_code, stderr_console, summarize
 from ..console import progress as console_progress
 from ..job import now, run_cell
 from ..logparse import tail
@@ -99,7 +99,7 @@ class LocalLauncher:
 def sweep_local(specs: list[CellSpec], out_dir: Path, parallel: int, poll_s: float,
                 console: Console | None = None) -> list[Record]:
     """Run the cells through submitit's local executor, at most `parallel` at once, in matrix order."""
-    console = console or Console(stderr=True)
+    console = console or stderr_console()
     executor = local_executor(out_dir)
     attempts = {spec.id: prepare(spec) for spec in specs}
     queue = list(specs)

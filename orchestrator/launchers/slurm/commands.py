@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ...config import ConfigError
-from ...console import exit_code, summarize
+from ...console import exit_code, stderr_console, summarize
 from ...record import Record
 from ...schema import SlurmLauncherConf, typed_launcher
 from ...spec import CellSpec
@@ -62,7 +62,7 @@ class SlurmLauncher:
 def wait_command(out_dir: Path, poll_s: float | None, show: Callable[[list[CellState]], object]) -> int:
     """`export-matrix wait`: follow the manifest's cells until all ended, then `show` the last poll's states (the
     CLI's status table, which then asks Slurm no second time)."""
-    console = Console(stderr=True)
+    console = stderr_console()
     if not manifest_path(out_dir).exists():
         console.print(escape(f"no Slurm sweep under {out_dir} ({MANIFEST} is missing)"))
         return 2
