@@ -1,47 +1,111 @@
 """`export-matrix show CELL`: what a cell would run, without running it (Hydra's `--cfg job`, for one cell).
 
-The resolved policy, gpu, torch and exporter configs, the fingerprint that `status` compares, and the exact argument
-lists of its make_random and export steps, with the paths a job would use. Only the build's interpreter is asked
-for its versions (the random checkpoint's cache key holds the lerobot version).
+The resolved policy, gpu, torch and exporter configs, the fingerprint that `status` compares, the environment
+variables the job sets (job.py's job_env: HF_HUB_OFFLINE, TORCHINDUCTOR_CACHE_DIR, the axes' `env:`, the
+EXPORT_MATRIX_* names, the build's bin/ on PATH) and its make_random and export steps as shell command lines, with
+the paths a job would use. Only the build's interpreter is asked for its versions (the random checkpoint's cache key
+holds the lerobot version). A pattern (`'act/*/*'`) shows every cell of the selected matrix it matches, one YAML
+document each.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+import yaml
+
+from .cell_id import CellId
 from .checkpoints import checkpoint_key, make_random_command
-from .config import ConfigError
+from .config import SELECT_AXES, ConfigError, compose_config
 from .envs import PROBE
 from .job import BUNDLE_DIR, export_command, job_env
+from .spec import CellSpec
 from .specs_now import current_specs
 
+GLOB = "*?["
 
-def describe_cell(cell_id: str, overrides: list[str], config_dir: Path | None) -> dict[str, Any]:
-    specs = current_specs([cell_id], overrides, config_dir)
-    if cell_id not in specs:
-        raise ConfigError(f"cell {cell_id!r} is not in the configured matrix")
-    spec = specs[cell_id]
+
+class CommandLine(str):
+    """A command line, shown as a YAML literal block, so it is pasted into a shell as it is."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(CommandLine, lambda dumper, line: dumper.represent_scalar("tag:yaml.org,2002:str", line,
+                                                                                  style="|"))
+
+
+def show_cells(pattern: str, overrides: list[str], config_dir: Path | None) -> str:
+    """The YAML of the cell `pattern` names, or of every cell of the selected matrix it matches."""
+    versions: dict[tuple[str, ...], str] = {}  # lerobot's version per interpreter and axis env: asked once
+    shown = [describe(spec, versions) for spec in specs_shown(pattern, overrides, config_dir)]
+    return yaml.dump_all(shown, Dumper=_Dumper, sort_keys=False, width=1 << 16, allow_unicode=True,
+                         explicit_start=len(shown) > 1)
+
+
+def specs_shown(pattern: str, overrides: list[str], config_dir: Path | None) -> list[CellSpec]:
+    if not any(ch in pattern for ch in GLOB):  # one id: any cell the configs make, in the matrix or not
+        specs = current_specs([pattern], overrides, config_dir)
+        if pattern not in specs:
+            raise ConfigError(f"cell {pattern!r} is not in the configured matrix")
+        return [specs[pattern]]
+    from .cells import resolve
+
+    try:
+        parts = CellId.parse(pattern)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    # The pattern's axes narrow what is composed, as policy=/gpu=/torch= do; the user's own selection stays.
+    narrowing = [f"{axis}={part}" for axis, part in zip(SELECT_AXES, parts, strict=True) if part != "*"]
+    composed = compose_config([*overrides, *narrowing], config_dir)
+    specs = [s for s in resolve(composed, with_fingerprints=True) if fnmatch.fnmatchcase(s.id, pattern)]
+    if not specs:
+        raise ConfigError(f"no cell of matrix {composed.choices.get('matrix')} matches {pattern!r}")
+    return specs
+
+
+def describe(spec: CellSpec, versions: dict[tuple[str, ...], str]) -> dict[str, Any]:
+    env = job_variables(spec)
     ckpt = spec.checkpoint.get("path", "")
     make_random = None
     if "random" in spec.checkpoint:
         random = spec.checkpoint["random"]
         overrides_of = dict(random.get("overrides") or {})
-        key = checkpoint_key(random["type"], overrides_of, _lerobot_version(spec.python, job_env(spec)))
+        asked = (spec.python, *sorted(f"{k}={v}" for k, v in spec.env.items()))
+        if asked not in versions:
+            versions[asked] = _lerobot_version(spec.python, job_env(spec))
+        key = checkpoint_key(random["type"], overrides_of, versions[asked])
         ckpt = str(Path(spec.ckpt_dir) / key)
-        make_random = make_random_command(spec.python, random["type"], Path(ckpt), overrides_of)
+        make_random = CommandLine(shlex.join(make_random_command(spec.python, random["type"], Path(ckpt),
+                                                                 overrides_of)))
     return {
         "cell": spec.id,
         "configs": spec.configs,
         "fingerprint": spec.fingerprint.get("key"),
         "python": spec.python,
-        "env": spec.env,
         "timeout_min": spec.timeout_min,
+        "env": env,
         "make_random": make_random,
-        "export": export_command(spec, ckpt, spec.cell_dir / BUNDLE_DIR),
+        "export": CommandLine(shlex.join(export_command(spec, ckpt, spec.cell_dir / BUNDLE_DIR))),
     }
+
+
+def job_variables(spec: CellSpec) -> dict[str, str]:
+    """Every variable job_env sets for the job on top of the environment it starts from, with the value the job gets
+    here: job_env asked once with this environment and once with none, whose keys are the ones it sets."""
+    everything = job_env(spec)
+    with mock.patch.dict(os.environ, clear=True):
+        own = job_env(spec)
+    return {key: everything[key] for key in own}
 
 
 def _lerobot_version(python: str, env: dict[str, str]) -> str:

@@ -41,8 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     rerun.add_argument("--failed", action="store_true", help="every recorded cell that did not pass")
     rerun.add_argument("--stale", action="store_true", help="every cell whose config or environment changed")
     overrides(command("status", "show the recorded cells, with stale ones marked (Slurm jobs asked through sacct)"))
-    show = command("show", "print one cell's resolved configs, fingerprint and exact commands, running nothing")
-    show.add_argument("cell", help="policy/gpu/torch")
+    show = command("show", "print a cell's resolved configs, fingerprint, job environment and exact command lines, "
+                           "running nothing")
+    show.add_argument("cell", help="a cell id (policy/gpu/torch, in the matrix or not), or a pattern ('act/*/*'): "
+                                   "every cell of the selected matrix it matches, one YAML document each")
     overrides(show)
     wait = command("wait", "follow a Slurm sweep (DIR/manifest.json) until every cell has ended")
     wait.add_argument("--poll-s", type=float, default=None, help="seconds between sacct calls (default: the sweep's)")
@@ -190,13 +192,10 @@ def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = 
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    import yaml
-
-    from .cell_show import describe_cell
+    from .cell_show import show_cells
 
     out_dir_of(args)
-    print(yaml.safe_dump(describe_cell(args.cell, args.overrides, args.config_dir), sort_keys=False, width=120),
-          end="")
+    print(show_cells(args.cell, args.overrides, args.config_dir), end="")
     return 0
 
 

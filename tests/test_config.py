@@ -195,17 +195,44 @@ def test_hydra_style_selection_narrows_the_matrix() -> None:
 
 
 def test_show_prints_a_cells_configs_and_exact_commands_without_running_it(tmp_path: Path) -> None:
+    """The commands as shell command lines (shlex.join: pasted, they run), and every variable the job's environment
+    sets (job.py's job_env), not the axes' env: alone."""
+    import shlex
+
     import yaml
 
-    done = cli("show", "act/cpu/local", f"out_dir={tmp_path}", f"ckpt_dir={tmp_path / 'ckpts'}")
+    done = cli("show", "act/cpu/local", f"out_dir={tmp_path}", f"ckpt_dir={tmp_path / 'ckpts'}",
+               "+policies.act.env.MY_FLAG=two words")
     shown = yaml.safe_load(done.stdout)
     assert shown["cell"] == "act/cpu/local" and shown["configs"]["exporter"]["command"][1].endswith("executorch_cpu.py")
-    ckpt = shown["make_random"][3]
-    assert shown["make_random"][2] == "act" and ckpt.startswith(f"{tmp_path / 'ckpts'}/act-")
-    assert shown["make_random"][4] == "pretrained_backbone_weights=null"
-    assert shown["export"][2:] == [f"--policy.path={ckpt}", f"--output_dir={tmp_path}/cells/act/cpu/local/bundle",
-                                   "--tolerance=0.001"]  # act's config's tolerance
+    make_random = shlex.split(shown["make_random"])
+    ckpt = make_random[3]
+    assert make_random[2] == "act" and ckpt.startswith(f"{tmp_path / 'ckpts'}/act-")
+    assert make_random[4] == "pretrained_backbone_weights=null"
+    export = shlex.split(shown["export"])
+    assert export[2:4] == [f"--policy.path={ckpt}", f"--output_dir={tmp_path}/cells/act/cpu/local/bundle"]
+    assert f"\n  {shown['export']}\n" in done.stdout  # one line, as the shell takes it
+    env = shown["env"]
+    assert env["HF_HUB_OFFLINE"] == "1" and env["MY_FLAG"] == "two words"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == f"{tmp_path}/inductor_cache"
+    assert {k: env[k] for k in env if k.startswith("EXPORT_MATRIX_") and k != "EXPORT_MATRIX_RESUME_DIR"} == {
+        "EXPORT_MATRIX_CELL": "act/cpu/local", "EXPORT_MATRIX_POLICY": "act", "EXPORT_MATRIX_GPU": "cpu",
+        "EXPORT_MATRIX_TORCH": "local"}
+    assert "HOME" not in env  # what the job inherits unchanged is not listed
     assert len(shown["fingerprint"]) == 16 and not (tmp_path / "cells").exists()  # nothing ran
+    quoted = yaml.safe_load(cli("show", "wall_x/h100/stock", f"out_dir={tmp_path}").stdout)["export"]
+    assert quoted.endswith(" '--task=pick up the cube'") and shlex.split(quoted)[-1] == "--task=pick up the cube"
+
+
+def test_show_takes_a_pattern_and_shows_every_cell_of_the_matrix_it_matches(tmp_path: Path) -> None:
+    import yaml
+
+    done = cli("show", "act/*/*", "matrix=tracking", "gpu=h100", f"out_dir={tmp_path}")
+    assert [d["cell"] for d in yaml.safe_load_all(done.stdout)] == ["act/h100/stock", "act/h100/pr202785",
+                                                                   "act/h100/pr202925"]
+    done = cli("show", "act/*", check=False)
+    assert done.returncode == 2 and done.stderr == "export-matrix: error: bad cell id 'act/*' (expected " \
+                                                   "policy/gpu/torch)\n"
 
 
 def test_many_policies_compose_in_chunks_to_the_same_config(monkeypatch: pytest.MonkeyPatch) -> None:
