@@ -78,7 +78,8 @@ def record(out: Path, cell: str) -> dict:
 
 # The unit tier (`pytest -m fast`): modules that run no sweep, build no environment and start no Slurm.
 FAST_MODULES = {"test_units", "test_logparse", "test_config", "test_schema", "test_config_cache",
-                "test_fingerprint_cache", "test_collect_rules", "test_slurm_limits", "test_aoti_runner"}
+                "test_fingerprint_cache", "test_collect_rules", "test_slurm_limits", "test_aoti_runner", "test_cli",
+                "test_readme"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
