@@ -66,8 +66,13 @@ def align_triton_ptxas() -> str | None:
     return os.environ.get("TRITON_PTXAS_PATH")
 
 
+class NotOneDelegate(RuntimeError):
+    """The lowered program is not one CudaBackend delegate per method: the fork's export refuses it."""
+
+
 def lower(eps: dict[str, Any]) -> Any:
-    """to_edge_transform_and_lower with one CudaPartitioner per method, then to_executorch."""
+    """to_edge_transform_and_lower with one CudaPartitioner per method and the fork's compile settings, then
+    to_executorch, keeping inputs and outputs on the GPU where this ExecuTorch can (device_resident says)."""
     align_triton_ptxas()
     from executorch.backends.cuda.cuda_backend import CudaBackend
     from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
@@ -75,8 +80,55 @@ def lower(eps: dict[str, Any]) -> Any:
 
     partitioners = {m: [CudaPartitioner([CudaBackend.generate_method_name_compile_spec(m)])] for m in eps}
     edge = to_edge_transform_and_lower(eps, partitioner=partitioners,
-                                       compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    return edge.to_executorch()
+                                       compile_config=EdgeCompileConfig(**EDGE_COMPILE))
+    config, _ = gpu_resident_config()
+    return edge.to_executorch(config) if config is not None else edge.to_executorch()
+
+
+EDGE_COMPILE = {"_check_ir_validity": False, "_skip_dim_order": True}  # the fork's (act_executorch_cuda.py)
+
+
+def gpu_resident_config() -> tuple[Any, str]:
+    """The fork's GPU_RESIDENT backend config (no host copies of the program's inputs and outputs), and a line
+    saying whether this ExecuTorch has it (PropagateDeviceConfig came after ExecuTorch 1.2)."""
+    try:
+        from executorch.exir import ExecutorchBackendConfig
+        from executorch.exir.passes.memory_planning_pass import MemoryPlanningPass
+        from executorch.exir.passes.propagate_device_pass import PropagateDeviceConfig
+    except ImportError as exc:
+        return None, f"host copies: this ExecuTorch has no PropagateDeviceConfig ({exc.name} missing)"
+    config = ExecutorchBackendConfig(
+        propagate_device_config=PropagateDeviceConfig(skip_h2d_for_method_inputs=True,
+                                                      skip_d2h_for_method_outputs=True),
+        enable_non_cpu_memory_planning=True,
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
+    return config, "on the GPU (PropagateDeviceConfig: no host copies of inputs and outputs)"
+
+
+def delegate_gate(program: Any) -> dict[str, dict[str, Any]]:
+    """Each method must be exactly one CudaBackend delegate with no operator outside it, as the fork's
+    check_program demands; NotOneDelegate names what was left outside. Returns each method's count."""
+    from collections import Counter
+
+    found = {}
+    for method in program.methods:
+        delegates, outside = 0, Counter()
+        for node in program.exported_program(method).graph.nodes:
+            if node.op != "call_function":
+                continue
+            target = str(getattr(node.target, "__name__", node.target))
+            if "executorch_call_delegate" in target:
+                delegates += 1
+            elif "getitem" not in target and target not in ("alloc", "memory.alloc"):
+                outside[str(node.target)] += 1
+        found[method] = {"delegates": delegates, "outside": dict(outside.most_common(12))}
+    bad = {m: f for m, f in found.items() if f["delegates"] != 1 or f["outside"]}
+    if bad:
+        parts = [f"method {m}: {f['delegates']} CudaBackend delegates, operators outside: "
+                 + (", ".join(f"{op} x{n}" for op, n in f["outside"].items()) or "none") for m, f in bad.items()]
+        raise NotOneDelegate("not_one_delegate: " + "; ".join(parts)
+                             + " (the fork's export refuses a program that is not one CUDA delegate)")
+    return found
 
 
 def write(program: Any, out: Path) -> tuple[Path, Path]:
@@ -94,6 +146,7 @@ class LoadedProgram:
     check: str  # "executorch" | "aoti" | "none"
     reason: str | None  # why not executorch (for "aoti"), why neither (for "none")
     run: RunMethod | None
+    io: str = "none: nothing ran"  # where the program's inputs and outputs live while it is timed
 
 
 def load(pte: Path, workdir: Path, device: str = "cuda") -> LoadedProgram:
@@ -103,7 +156,8 @@ def load(pte: Path, workdir: Path, device: str = "cuda") -> LoadedProgram:
     reason = executorch_cuda_unavailable()
     if reason is None:
         try:
-            return LoadedProgram("executorch", None, _executorch_runner(pte, device))
+            return LoadedProgram("executorch", None, _executorch_runner(pte, device),
+                                 "copied to the host and back each call (the ExecuTorch runtime's Python API)")
         except Exception as exc:  # noqa: BLE001 - the reason goes into the record and the AOTI check runs
             reason = f"the ExecuTorch runtime could not load the program ({type(exc).__name__}: {exc})"
     try:
@@ -111,7 +165,8 @@ def load(pte: Path, workdir: Path, device: str = "cuda") -> LoadedProgram:
     except Exception as exc:  # noqa: BLE001
         return LoadedProgram("none", f"{reason}; the program's AOTInductor .so did not load "
                                      f"({type(exc).__name__}: {exc})", None)
-    return LoadedProgram("aoti", reason, lambda method, args: runners[method](list(args)))
+    return LoadedProgram("aoti", reason, lambda method, args: runners[method](list(args)),
+                         "on the GPU: the AOTI runner takes and returns CUDA tensors")
 
 
 def file_digests(pte: Path) -> dict[str, str]:

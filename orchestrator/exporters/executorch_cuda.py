@@ -57,7 +57,8 @@ import cuda_program  # noqa: E402
 from export_base import PolicyExport, log, parse_args, versions  # noqa: E402
 
 RESUMED_STEPS = ("load", "reload", "compile-model", "write", "check", "time")
-SOURCES = ("export_base.py", "policy_adapters.py", "executorch_cuda.py", "cuda_program.py", "aoti_runner.py")
+SOURCES = ("export_base.py", "policy_adapters.py", "random_inputs.py", "executorch_cuda.py", "cuda_program.py",
+           "aoti_runner.py")
 
 
 class CudaExport(PolicyExport):
@@ -119,7 +120,7 @@ class CudaExport(PolicyExport):
         self.first_eager_s = reference["first_eager_s"]
         self.info.update(reference["info"])
         self.info["resumed"] = True
-        self.tolerance = self.info["tolerance"]
+        self.set_tolerance()
 
     # save / reload -----------------------------------------------------------------------------------
     def save(self) -> None:
@@ -155,8 +156,12 @@ class CudaExport(PolicyExport):
                              f"gemm={options.get('max_autotune_gemm_backends')}, "
                              f"conv={options.get('max_autotune_conv_backends')}, "
                              f"ptxas={self.info['triton_ptxas'] or 'Triton bundled'}) ...")
+        self.info["edge_compile"] = cuda_program.EDGE_COMPILE
+        self.info["io_lowered"] = cuda_program.gpu_resident_config()[1]
         self.program = cuda_program.lower(self.eps)
         del self.eps
+        self.info["delegates"] = cuda_program.delegate_gate(self.program)
+        log("compile-model", "one CudaBackend delegate per method, nothing outside it")
 
     # write -------------------------------------------------------------------------------------------
     def write(self) -> None:
@@ -184,6 +189,7 @@ class CudaExport(PolicyExport):
         self.info["checked_files"] = cuda_program.file_digests(self.pte)
         print(f"Exported policy checked files: {json.dumps(self.info['checked_files'])}", flush=True)
         self._run_method = loaded.run
+        self.io = loaded.io
         log("check", f"running the program ({loaded.check}) from {self.pte.name} ...")
         t0 = time.perf_counter()
         got = self.program_outputs()

@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_TOLERANCE = 1e-3  # float32: eager and the lowered program differ only in summation order
-BF16_TOLERANCE = 0.2  # LeRobot's rule for bf16 policies (the repro pack, row 5: pi0, pi0.5, eo1, ...)
+# Timing as the fork's README measures: 100 chunks after 20 warm-ups, fewer where a chunk takes over a second.
+TIMED_RUNS, WARMUPS, TIMING_BUDGET_S = 100, 20, 100.0
+
+
+class RandomOpInProgram(RuntimeError):
+    """The traced program still draws random numbers: its check would compare two random draws."""
 
 
 def log(step: str, msg: str) -> None:
@@ -56,11 +61,19 @@ def parse_args(prog: str, description: str, argv: list[str] | None = None) -> ar
     p.add_argument("--output_dir", required=True, help="where model.pte and export_info.json go")
     p.add_argument("--task", default=None, help="language instruction, for policies that take one")
     p.add_argument("--tolerance", default=None,
-                   help="largest allowed abs difference with eager (default, or 'auto': 1e-3 float32, 0.2 bf16)")
-    p.add_argument("--runs", type=int, default=None, help="timed runs for the medians (default: 5, fewer if slow)")
+                   help="largest allowed abs difference with eager: the policy config's (default: 1e-3, float32)")
+    p.add_argument("--runs", type=int, default=None,
+                   help=f"timed runs for the medians (default: {TIMED_RUNS}, fewer where a chunk takes over "
+                        f"{TIMING_BUDGET_S / TIMED_RUNS:g} s)")
+    p.add_argument("--warmups", type=int, default=None,
+                   help=f"untimed runs before the timed ones (default: {WARMUPS}, fewer where --runs is fewer)")
+    p.add_argument("--vision_autocast", action="store_true",
+                   help="pi0/pi05: the vision tower under bf16 autocast on CUDA, as the fork runs it")
     args = p.parse_args(argv)
     if args.runs is not None and args.runs < 1:
         p.error("--runs must be at least 1")
+    if args.warmups is not None and args.warmups < 0:
+        p.error("--warmups must be at least 0")
     if args.tolerance in (None, "auto", "None", "null"):
         args.tolerance = None
     else:
@@ -102,6 +115,7 @@ class PolicyExport:
             "policy_path": args.policy_path,
             "task": args.task,
             "runs": args.runs,
+            "options": {"vision_autocast": bool(args.vision_autocast)},
             "steps_s": {},
         }
 
@@ -149,31 +163,30 @@ class PolicyExport:
         self.info["dtype"] = self.dtype
         self.info["device"] = self.device
         self.info["params_M"] = round(sum(p.numel() for p in policy.parameters()) / 1e6, 1)
-        default = BF16_TOLERANCE if self.dtype == "bfloat16" else DEFAULT_TOLERANCE
-        self.tolerance = self.args.tolerance or default
-        self.info["tolerance"] = self.tolerance
+        self.set_tolerance()
 
-        adapter = policy_adapters.make_adapter(policy)
+        options = {"task": self.args.task, "vision_autocast": self.args.vision_autocast}
+        adapter = policy_adapters.make_adapter(policy, options)
         self.adapter = adapter
-        preprocessor = None
         if adapter.preprocess and (local / "policy_preprocessor.json").exists():
-            preprocessor, _ = make_pre_post_processors(cfg, pretrained_path=path)
-            self.info["preprocessor"] = [type(s).__name__ for s in preprocessor.steps]
+            on_device = {"device_processor": {"device": self.device}}  # the program's tensors stay where it runs
+            pre, post = make_pre_post_processors(cfg, pretrained_path=path, preprocessor_overrides=on_device,
+                                                 postprocessor_overrides=on_device)
+            adapter.set_processors(pre, post)
+            self.info["preprocessor"] = [type(s).__name__ for s in pre.steps]
+            self.info["postprocessor"] = [type(s).__name__ for s in post.steps]
         gen = torch.Generator().manual_seed(0)
         obs = adapter.observation(gen)
         if self.args.task is not None:
             obs["task"] = self.args.task
-        batch = preprocessor(obs) if preprocessor is not None else obs
-        names = adapter.input_names(batch)
-        named = {k: batch[k] for k in names}
-        named.update(adapter.extra_inputs(named, gen))
+        with torch.no_grad():
+            named = {k: self.on_device(v) for k, v in adapter.host_inputs(obs).items()}
+            named.update({k: self.on_device(v) for k, v in adapter.extra_inputs(named, gen).items()})
         self.names = list(named)
-        self.inputs = [
-            (v.float() if v.is_floating_point() else v).detach().to(self.device).contiguous()
-            for v in (named[k] for k in self.names)
-        ]
-        self.named = dict(zip(self.names, self.inputs, strict=True))
+        self.inputs = list(named.values())
+        self.named = dict(named)
         self.info["adapter"] = adapter.describe()
+        self.info["random_draws"] = [k for k in self.names if k.startswith("rng_")]
         self.info["inputs"] = {k: list(v.shape) for k, v in self.named.items()}
         log(
             "load",
@@ -189,6 +202,17 @@ class PolicyExport:
         self.info["output_shape"] = list(self.expected.shape)
         log("load", f"eager action {tuple(self.expected.shape)}")
         self.time_eager()
+
+    def on_device(self, v):
+        return (v.float() if v.is_floating_point() else v).detach().to(self.device).contiguous()
+
+    def set_tolerance(self) -> None:
+        """The policy config's tolerance (--tolerance), else the float32 rule; printed with where it came from."""
+        given = self.args.tolerance is not None
+        self.tolerance = self.args.tolerance if given else DEFAULT_TOLERANCE
+        source = "policy config" if given else "exporter default: float32 rule, the policy config names none"
+        self.info["tolerance"], self.info["tolerance_source"] = self.tolerance, source
+        print(f"Exported policy tolerance: {self.tolerance:g} ({source})", flush=True)
 
     def eager(self):
         import torch
@@ -209,33 +233,43 @@ class PolicyExport:
         with torch.no_grad():
             return self.adapter.compose(dict(self.named), run)
 
-    def runs_for(self, first_s: float) -> int:
-        """--runs, else 5, fewer where one call is slow, so each side's timing stays near 30 s."""
-        if self.args.runs is not None:
-            return self.args.runs
-        return max(1, min(5, int(30 / max(first_s, 1e-3))))
+    def runs_for(self, first_s: float) -> tuple[int, int]:
+        """(warm-ups, timed runs): --warmups/--runs, else the fork's 20 and 100, fewer where a chunk takes over a
+        second (each side's timed runs then stay near 100 s, at least 3)."""
+        runs = self.args.runs or max(3, min(TIMED_RUNS, int(TIMING_BUDGET_S / max(first_s, 1e-6))))
+        warmups = self.args.warmups if self.args.warmups is not None else min(WARMUPS, max(1, runs // 5))
+        return warmups, runs
 
     def time_eager(self) -> None:
         """Eager's medians, taken here while the policy is loaded, so a resumed export has them too.
 
         eager_ms times the exported boundary (adapter.compose over the modules torch.export traces), the one
         exported_ms times; eager_policy_ms the policy's own call, for comparison with what a user's code pays."""
-        runs = self.runs_for(self.first_eager_s)
-        log("load", f"eager timing x {runs} (after 1 warm-up) ...")
-        self.eager_programs()  # warm-up of the module boundary (the reference run above warmed the policy call)
+        warmups, runs = self.runs_for(self.first_eager_s)
+        log("load", f"eager timing x {runs} (after {warmups} warm-ups) ...")
+        for _ in range(warmups):
+            self.eager_programs()
         self.info["eager_ms"] = median_ms(self.eager_programs, runs, self.sync)
-        self.info["eager_policy_ms"] = median_ms(self.eager, runs, self.sync)
+        if self.adapter.eager_is_program:
+            self.info["eager_policy_ms"] = self.info["eager_ms"]  # the same call: the module runs adapter.run
+        else:
+            for _ in range(warmups):
+                self.eager()
+            self.info["eager_policy_ms"] = median_ms(self.eager, runs, self.sync)
         self.info["timing"] = {"eager": "adapter.compose over the traced modules (eager)",
                                "eager_policy": f"adapter.eager ({self.adapter.name})",
                                "exported": "adapter.compose over the program's methods",
-                               "eager_runs": runs, "warmup": 1, "sync": self.device == "cuda"}
+                               "eager_runs": runs, "warmup": warmups, "sync": self.device == "cuda"}
         reset = getattr(self.policy, "reset", None)
         if callable(reset):
             reset()  # the timed calls filled action queues; trace must see the first step, as the reference did
 
     # trace -------------------------------------------------------------------------------------------
+    io = "on the CPU"  # where the program's inputs and outputs live while it is timed (the CUDA check says)
+
     def trace(self) -> None:
         import torch
+        from random_inputs import random_ops
 
         self.eps = {}
         self.info["graph_nodes"] = {}
@@ -244,6 +278,11 @@ class PolicyExport:
             torch.manual_seed(0)
             with torch.no_grad():
                 ep = torch.export.export(module, args)
+            left = random_ops(ep.graph)
+            if left:
+                raise RandomOpInProgram(
+                    f"rng_in_program: {', '.join(left)} (method {method}): the exported program still draws random "
+                    "numbers, so its check would compare two random draws; not compared")
             self.eps[method] = ep
             nodes = sum(1 for _ in ep.graph.nodes)
             self.info["graph_nodes"][method] = nodes
@@ -274,13 +313,16 @@ class PolicyExport:
 
     # time --------------------------------------------------------------------------------------------
     def time(self) -> None:
-        runs = self.runs_for(self.first_exported_s)
-        log("time", f"exported x {runs} (the check's run was the warm-up) ...")
+        warmups, runs = self.runs_for(self.first_exported_s)
+        log("time", f"exported x {runs} (after {warmups} warm-ups; the check's run was one more) ...")
+        for _ in range(warmups):
+            self.program_outputs()
         exported_ms = median_ms(self.program_outputs, runs, self.sync)
         eager_ms = self.info["eager_ms"]
         self.info["exported_ms"] = exported_ms
         self.info["runs"] = runs
-        timing = {**self.info["timing"], "exported_runs": runs, "eager_policy_ms": self.info["eager_policy_ms"]}
+        timing = {**self.info["timing"], "exported_runs": runs, "exported_warmup": warmups, "io": self.io,
+                  "eager_policy_ms": self.info["eager_policy_ms"]}
         self.info["timing"] = timing
         print(
             f"Exported policy timing: eager {eager_ms:.3f} ms, exported {exported_ms:.3f} ms (median of {runs} runs)",

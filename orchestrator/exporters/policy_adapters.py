@@ -1,14 +1,17 @@
 """Per-policy adapters for the embedded exporters (executorch_cpu.py, executorch_cuda.py).
 
-An adapter says, for one LeRobot policy type:
-  - which tensors make up the example input (observation tensors, and noise where the policy samples it),
-  - the eager reference: the policy's own public inference call (predict_action_chunk / select_action),
+An adapter says, for one LeRobot policy type, what the fork's export flow would give its program:
+  - the inputs a robot sends: each camera a uint8 HWC frame, the state a float vector (no batch dimension), plus
+    the prompt's tokens where the policy takes language, and every random draw the policy makes (random_inputs.py),
+  - where the checkpoint's saved processors run: inside the program (`processors = "program"`: the frame's
+    uint8 -> float CHW conversion, the preprocessor and the postprocessor, as the fork's raw-frame programs hold
+    them), on the host (`"host"`: a preprocessor that tokenizes text cannot be traced), or not at all (`"none"`),
   - the program: one or more methods, each an nn.Module to torch.export with its example args, and how to
     compose the methods' outputs into the action (`compose`; for most policies one `forward` method that
     returns the action chunk; for Diffusion `encode` + `denoise_step` with the sampling loop on the host).
 
-The exporter compares the ExecuTorch program against the eager reference, so an adapter that drifts from
-the policy's real inference shows up as a failed check rather than passing silently.
+The eager reference is the same composition run eagerly (the policy's own public call between the processors),
+with the same draws, so the check compares the program with eager and never two random draws.
 
 Imports only stdlib, torch and lerobot: it runs in the torch build's interpreter, next to the exporters.
 """
@@ -16,8 +19,10 @@ Imports only stdlib, torch and lerobot: it runs in the torch build's interpreter
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
+from random_inputs import draw_names, recording, replaying, split_draws
 from torch import Tensor, nn
 
 OBS_IMAGE = "observation.image"
@@ -25,6 +30,7 @@ OBS_IMAGES = "observation.images"
 ACTION = "action"
 OBS_LANGUAGE_TOKENS = "observation.language.tokens"
 OBS_LANGUAGE_MASK = "observation.language.attention_mask"
+TEXT_STEPS = ("Tokenizer", "NewLine", "Task", "Prompt")  # preprocessor steps that read the task's text
 
 
 class NamedInputs(nn.Module):
@@ -40,51 +46,115 @@ class NamedInputs(nn.Module):
         return self._fn(self.policy, dict(zip(self.names, tensors, strict=True)))
 
 
+def frame_to_policy_input(frame: Tensor) -> Tensor:
+    """A robot's uint8 HWC camera frame as LeRobot's policies read it: float CHW in [0, 1]."""
+    return frame.float().div(255).permute(2, 0, 1)
+
+
 class ChunkAdapter:
-    """Default: the policy's predict_action_chunk on a batch of single-step observations (ACT and the like)."""
+    """Default: the policy's predict_action_chunk between its processors (ACT and the like)."""
 
     name = "predict_action_chunk"
-    obs_steps = 0  # 0: no time dimension in the observation tensors; n: (B, n, ...)
-    preprocess = True  # run the checkpoint's saved preprocessor on the observation (False: the adapter's own)
+    preprocess = True  # load the checkpoint's saved processors (False: the adapter feeds the policy itself)
+    records_draws = True  # the policy's random draws become inputs (random_inputs.py)
+    slices_chunk = True  # the program returns the n_action_steps a robot executes, as the fork's programs do
+    eager_is_program = True  # eager runs what the program's one method traces (timed once, not twice)
 
-    def __init__(self, policy: nn.Module):
+    def __init__(self, policy: nn.Module, options: dict[str, Any] | None = None):
         self.policy = policy
         self.config = policy.config
+        self.options = dict(options or {})
+        self.pre: Any = None
+        self.post: Any = None
+        self.processors = "none"
+        self.processors_why = "the checkpoint has no saved processors"
+        self.draws: list[Tensor] = []
+
+    def set_processors(self, pre: Any, post: Any) -> None:
+        """The checkpoint's saved processors: in the program, unless a step reads text (then on the host)."""
+        self.pre, self.post = pre, post
+        text = [type(s).__name__ for s in pre.steps if any(t in type(s).__name__ for t in TEXT_STEPS)]
+        if text:
+            self.processors = "host"
+            self.processors_why = f"the preprocessor reads the task's text ({', '.join(text)}), which no program can"
+        else:
+            self.processors = "program"
+            self.processors_why = "as the fork's raw-frame programs: frame conversion, preprocessor, postprocessor"
 
     # Observation ---------------------------------------------------------------------------------------
     def observation(self, gen: torch.Generator) -> dict[str, Tensor]:
-        """Seeded example observation for the policy's input_features: images in [0, 1), states ~ N(0, 1)."""
+        """Seeded example of what a robot sends: uint8 HWC frames, states uniform in [0, 1) (the fork's)."""
         obs = {}
-        lead = (1, self.obs_steps) if self.obs_steps else (1,)
         for key, feat in self.config.input_features.items():
-            shape = (*lead, *feat.shape)
             if feat.type.name == "VISUAL":
-                obs[key] = torch.rand(shape, generator=gen)
+                c, h, w = feat.shape
+                obs[key] = torch.randint(0, 256, (h, w, c), generator=gen, dtype=torch.uint8)
             else:
-                obs[key] = torch.randn(shape, generator=gen)
+                obs[key] = torch.rand(tuple(feat.shape), generator=gen)
         return obs
 
-    def input_names(self, batch: dict) -> list[str]:
-        """The input features, then any language tensors the preprocessor made from --task (tokens, masks)."""
+    def host_inputs(self, obs: dict[str, Any]) -> dict[str, Tensor]:
+        """The program's named inputs from the robot's observation (and task): the preprocessor runs here when it
+        runs on the host."""
+        if self.processors != "host":
+            return {k: v for k, v in obs.items() if isinstance(v, Tensor)}
+        batch = self.pre(self.to_policy_input(obs))
         names = [k for k in self.config.input_features if isinstance(batch.get(k), Tensor)]
-        extra = [k for k, v in batch.items() if k.startswith("observation.language") and isinstance(v, Tensor)]
-        return names + [k for k in extra if k not in names]
+        names += [k for k, v in batch.items() if k.startswith("observation.language") and isinstance(v, Tensor)]
+        return {k: batch[k] for k in dict.fromkeys(names)}
 
-    def extra_inputs(self, batch: dict[str, Tensor], gen: torch.Generator) -> dict[str, Tensor]:
-        """Inputs beyond the observation (noise); drawn after the observation from the same generator."""
-        return {}
+    def to_policy_input(self, obs: dict[str, Any]) -> dict[str, Any]:
+        return {k: frame_to_policy_input(v) if isinstance(v, Tensor) and v.dtype == torch.uint8 and v.dim() == 3
+                else v for k, v in obs.items()}
+
+    def extra_inputs(self, named: dict[str, Tensor], gen: torch.Generator) -> dict[str, Tensor]:
+        """Inputs beyond the observation: the policy's random draws, recorded from one run on `gen`."""
+        if not self.records_draws:
+            return {}
+        draws: list[Tensor] = []
+        with torch.no_grad(), recording(gen, draws):
+            self.compute(self.policy, dict(named))
+        device = next(iter(named.values())).device if named else "cpu"
+        return dict(zip(draw_names(len(draws)), (d.to(device) for d in draws), strict=True))
+
+    # The composition: processors, the policy's call, draws replayed ---------------------------------------
+    def batch(self, obs: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Observation inputs -> the policy's batch, as the processors (or, without them, LeRobot) make it."""
+        features = self.config.input_features
+        if self.processors == "program":
+            batch = self.pre(self.to_policy_input({k: v for k, v in obs.items() if k in features}))
+            batch = {k: v for k, v in batch.items() if isinstance(v, Tensor)}
+            return {**batch, **{k: v for k, v in obs.items() if k not in features}}
+        if self.processors == "host":
+            return dict(obs)
+        return {k: frame_to_policy_input(v).unsqueeze(0) if v.dtype == torch.uint8 and v.dim() == 3
+                else v.unsqueeze(0) if k in features else v for k, v in obs.items()}
+
+    def action(self, action: Tensor) -> Tensor:
+        if self.slices_chunk and action.dim() == 3 and getattr(self.config, "n_action_steps", None):
+            action = action[:, : self.config.n_action_steps]
+        return self.post(action) if self.post is not None and self.processors != "none" else action
+
+    def run(self, policy: nn.Module, named: dict[str, Tensor]) -> Tensor:
+        """The composition with the recorded draws (inputs named rng_<i>) answering the policy's random calls."""
+        obs, draws = split_draws(named)
+        with replaying(draws):
+            return self.compute(policy, obs)
+
+    def compute(self, policy: nn.Module, obs: dict[str, Tensor]) -> Tensor:
+        return self.action(self.act(policy, self.batch(obs)))
+
+    def act(self, policy: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        """The policy's own inference call on its batch (subclasses: another call, or inputs it takes itself)."""
+        policy.reset()
+        return policy.predict_action_chunk(batch)
 
     # Eager reference and exportable module --------------------------------------------------------------
     def eager(self, named: dict[str, Tensor]) -> Tensor:
-        self.policy.reset()
-        return self.policy.predict_action_chunk(dict(named))
-
-    @staticmethod
-    def _forward(policy: nn.Module, named: dict[str, Tensor]) -> Tensor:
-        return policy.predict_action_chunk(named)
+        return self.run(self.policy, dict(named))
 
     def module(self, names: list[str]) -> nn.Module:
-        return NamedInputs(self.policy, names, self._forward).eval()
+        return NamedInputs(self.policy, names, self.run).eval()
 
     def programs(self, names: list[str], named: dict[str, Tensor]) -> dict[str, tuple[nn.Module, tuple]]:
         """Methods of the ExecuTorch program: name -> (module to torch.export, example args)."""
@@ -95,7 +165,8 @@ class ChunkAdapter:
         return run("forward", list(named.values()))[0]
 
     def describe(self) -> dict:
-        return {"adapter": self.name}
+        return {"adapter": self.name, "processors": self.processors, "processors_why": self.processors_why,
+                "frames": "uint8 HWC, as a robot sends them"}
 
 
 class DiffusionAdapter(ChunkAdapter):
@@ -121,9 +192,12 @@ class DiffusionAdapter(ChunkAdapter):
     """
 
     name = "diffusion_encode_and_step"
+    records_draws = False  # its noise and DDPM's step noise are inputs already (noise, step_noise)
+    slices_chunk = False  # predict_action_chunk and compose take the n_action_steps slice themselves
+    eager_is_program = False  # eager is the policy's own sampling loop; the program composes two methods
 
-    def __init__(self, policy: nn.Module):
-        super().__init__(policy)
+    def __init__(self, policy: nn.Module, options: dict[str, Any] | None = None):
+        super().__init__(policy, options)
         self.obs_steps = self.config.n_obs_steps
         model = policy.diffusion
         scheduler = model.noise_scheduler
@@ -150,7 +224,7 @@ class DiffusionAdapter(ChunkAdapter):
     def _noise_shape(self) -> tuple[int, int, int]:
         return (1, self.config.horizon, self.config.action_feature.shape[0])
 
-    def extra_inputs(self, batch, gen):
+    def extra_inputs(self, named, gen):
         extra = {"noise": torch.randn(self._noise_shape(), generator=gen)}
         if any(self.noisy):
             # Same draws, in the same order, as diffusers' randn_tensor makes from the global RNG in eager.
@@ -158,13 +232,20 @@ class DiffusionAdapter(ChunkAdapter):
             extra["step_noise"] = torch.stack([torch.randn(self._noise_shape()) for _ in range(sum(self.noisy))])
         return extra
 
+    def stacked(self, obs: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The policy's batch with n_obs_steps copies of the observation, as select_action's queues hold them on
+        the first step after reset()."""
+        batch = self.batch(obs)
+        for key in self.config.input_features:
+            if key in batch:
+                batch[key] = torch.stack([batch[key]] * self.obs_steps, dim=1)
+        return batch
+
     def eager(self, named):
-        named = dict(named)
-        noise = named.pop("noise")
-        named.pop("step_noise", None)
+        obs = {k: v for k, v in named.items() if k not in ("noise", "step_noise")}
         self.policy.reset()
         torch.manual_seed(self.noise_seed)
-        return self.policy.predict_action_chunk(named, noise=noise)
+        return self.action(self.policy.predict_action_chunk(self.stacked(obs), noise=named["noise"]))
 
     def _obs_names(self, names):
         return [k for k in names if k not in ("noise", "step_noise")]
@@ -182,9 +263,10 @@ class DiffusionAdapter(ChunkAdapter):
 
     def programs(self, names, named):
         obs_names = self._obs_names(names)
+        adapter = self
 
         def encode(policy, obs):
-            batch = dict(obs)
+            batch = adapter.stacked(obs)
             if policy.config.image_features:  # as predict_action_chunk does with empty queues
                 batch[OBS_IMAGES] = torch.stack([batch[k] for k in policy.config.image_features], dim=-4)
             return policy.diffusion._prepare_global_conditioning(batch)
@@ -204,11 +286,15 @@ class DiffusionAdapter(ChunkAdapter):
         for t, coef, noise in self._step_table(named):
             (sample,) = run("denoise_step", [sample, global_cond, t, coef, noise])
         start = self.config.n_obs_steps - 1
-        return sample[:, start : start + self.config.n_action_steps]
+        return self.action(sample[:, start : start + self.config.n_action_steps])
 
     def describe(self):
+        where = {"program": "preprocessor in encode; postprocessor on the host after the sampling loop",
+                 "none": "none (no saved processors)"}.get(self.processors, self.processors_why)
         return {
+            **super().describe(),
             "adapter": self.name,
+            "processors_why": where,
             "methods": ["encode", "denoise_step"],
             "scheduler": self.scheduler_type,
             "timesteps": self.timesteps,
@@ -285,26 +371,18 @@ class QueuedChunkAdapter(ChunkAdapter):
 
     name = "queued_predict_action_chunk"
 
-    def __init__(self, policy, prepare: Callable[[nn.Module, dict[str, Tensor]], dict[str, Tensor]]):
-        super().__init__(policy)
+    def __init__(self, policy, prepare: Callable[[nn.Module, dict[str, Tensor]], dict[str, Tensor]],
+                 options: dict[str, Any] | None = None):
+        super().__init__(policy, options)
         self.prepare = prepare
 
-    def eager(self, named):
-        torch.manual_seed(0)
-        return self._run(self.policy, dict(named), self.prepare)
-
-    @staticmethod
-    def _run(policy, named, prepare):
+    def act(self, policy, batch):
         from lerobot.policies.utils import populate_queues
 
         policy.reset()
-        batch = prepare(policy, named)
+        batch = self.prepare(policy, batch)
         policy._queues = populate_queues(policy._queues, batch)
         return policy.predict_action_chunk(batch)
-
-    def module(self, names):
-        prepare = self.prepare
-        return NamedInputs(self.policy, names, lambda policy, named: self._run(policy, named, prepare)).eval()
 
 
 def _prepare_vqbet(policy, named):
@@ -325,14 +403,9 @@ class SelectActionAdapter(ChunkAdapter):
 
     name = "select_action"
 
-    def eager(self, named):
-        self.policy.reset()
-        torch.manual_seed(0)
-        return self.policy.select_action(dict(named))
-
-    @staticmethod
-    def _forward(policy, named):
-        return policy.select_action(named)
+    def act(self, policy, batch):
+        policy.reset()
+        return policy.select_action(batch)
 
 
 class GaussianActorAdapter(SelectActionAdapter):
@@ -346,13 +419,15 @@ class GaussianActorAdapter(SelectActionAdapter):
     """
 
     name = "gaussian_actor_noise_input"
+    records_draws = False  # its one draw is `sample_noise`, taken where MultivariateNormal.rsample takes it
+    eager_is_program = False  # eager is the policy's own select_action; the program its rewritten sample
 
-    def __init__(self, policy):
-        super().__init__(policy)
+    def __init__(self, policy, options: dict[str, Any] | None = None):
+        super().__init__(policy, options)
         if self.config.num_discrete_actions is not None:
             raise NotImplementedError("gaussian_actor with num_discrete_actions is not adapted")
 
-    def extra_inputs(self, batch, gen):
+    def extra_inputs(self, named, gen):
         from torch.distributions.utils import _standard_normal
 
         # Drawn where the policy's rsample draws it (its parameters' device): seeded alike, the CPU's and CUDA's
@@ -363,19 +438,19 @@ class GaussianActorAdapter(SelectActionAdapter):
         return {"sample_noise": _standard_normal(shape, dtype=torch.float32, device=device)}
 
     def eager(self, named):
-        named = dict(named)
-        named.pop("sample_noise")
-        return super().eager(named)
+        batch = self.batch({k: v for k, v in named.items() if k != "sample_noise"})
+        self.policy.reset()
+        torch.manual_seed(0)
+        return self.action(self.policy.select_action(batch))
 
-    @staticmethod
-    def _forward(policy, named):
-        named = dict(named)
-        eps = named.pop("sample_noise")
+    def act(self, policy, batch):
+        batch = dict(batch)
+        eps = batch.pop("sample_noise")
         actor = policy.actor
         cache = None
         if policy.shared_encoder and actor.encoder.has_images:
-            cache = actor.encoder.get_cached_image_features(named)
-        out = actor.network(actor.encoder(named, cache=cache, detach=actor.encoder_is_shared))
+            cache = actor.encoder.get_cached_image_features(batch)
+        out = actor.network(actor.encoder(batch, cache=cache, detach=actor.encoder_is_shared))
         means = actor.mean_layer(out)
         if actor.fixed_std is None:
             std = torch.clamp(torch.exp(actor.std_layer(out)), actor.std_min, actor.std_max)
@@ -388,47 +463,85 @@ class LanguageTokensAdapter(ChunkAdapter):
     """pi0, pi05: the prompt's token ids and mask, and the flow-matching noise, as inputs of the program.
 
     Their preprocessor tokenizes --task with PaliGemma's tokenizer, which lives on the Hugging Face hub, so
-    offline the adapter feeds seeded token ids (below PaliGemma's vocabulary size) and an all-true mask of the
-    config's tokenizer_max_length instead; with make_random's weights any ids test the compiler as well. The
-    noise that sample_actions would draw (chunk_size x max_action_dim) is an input, and eager gets the same.
+    offline the adapter feeds a prompt-shaped input instead: seeded ids (below PaliGemma's vocabulary size) in
+    the prompt's positions and padding after them, the mask true over the prompt only (padding="max_length", as
+    the tokenizer step pads). The prompt's length is estimated from --task: pi0's "<task>\n" and pi05's
+    "Task: <task>, State: <one bin a state dim>;\nAction: ". The noise sample_actions would draw
+    (chunk_size x max_action_dim) is an input, and eager gets the same.
+
+    Option `vision_autocast` (export arg --vision_autocast) does what the fork's PaliGemmaWithExpertModel does:
+    the vision tower's image features under torch.autocast(bfloat16) on CUDA when the policy runs in bf16
+    (LeRobot 0.6.1 keeps SigLIP in float32).
     """
 
     name = "language_tokens_and_noise"
     preprocess = False
     TOKEN_IDS = 1024
 
+    def __init__(self, policy, options: dict[str, Any] | None = None):
+        super().__init__(policy, options)
+        self.processors_why = ("not run: the preprocessor tokenizes with PaliGemma's tokenizer from the hub; frames "
+                               "are converted and batched in the program; make_random's normalization is identity")
+        self.vision_autocast = self._vision_autocast() if self.options.get("vision_autocast") else None
+
+    def _vision_autocast(self) -> str:
+        """Wrap embed_image in bf16 autocast, under the fork's condition (eval, bf16 policy, image on CUDA)."""
+        towers = self.policy.model.paligemma_with_expert
+        inner = towers.embed_image
+        bf16 = str(getattr(self.config, "dtype", "")) == "bfloat16"
+
+        def embed_image(image: Tensor) -> Tensor:
+            enabled = not towers.training and bf16 and image.device.type == "cuda"
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=enabled):
+                return inner(image)
+
+        towers.embed_image = embed_image
+        return "bf16 autocast of the vision tower on CUDA (the fork's)" if bf16 else \
+            "asked, but the policy is not bf16: no autocast (the fork's condition)"
+
+    def prompt_length(self) -> int:
+        task = str(self.options.get("task") or "")
+        words = len(task.split())
+        if self.config.type == "pi05":
+            return words + 2 * int(getattr(self.config, "max_state_dim", 32)) + 8
+        return words + 3
+
     def observation(self, gen):
         obs = super().observation(gen)
         length = self.config.tokenizer_max_length
-        obs[OBS_LANGUAGE_TOKENS] = torch.randint(0, self.TOKEN_IDS, (1, length), generator=gen)
-        obs[OBS_LANGUAGE_MASK] = torch.ones(1, length, dtype=torch.bool)
+        prompt = min(length, self.prompt_length())
+        tokens = torch.zeros(1, length, dtype=torch.long)
+        tokens[0, :prompt] = torch.randint(1, self.TOKEN_IDS, (prompt,), generator=gen)
+        obs[OBS_LANGUAGE_TOKENS] = tokens
+        obs[OBS_LANGUAGE_MASK] = torch.arange(length).unsqueeze(0) < prompt
         return obs
 
-    def extra_inputs(self, batch, gen):
-        return {"noise": torch.randn((1, self.config.chunk_size, self.config.max_action_dim), generator=gen)}
+    def extra_inputs(self, named, gen):
+        noise = {"noise": torch.randn((1, self.config.chunk_size, self.config.max_action_dim), generator=gen)}
+        device = next(iter(named.values())).device
+        noise = {k: v.to(device) for k, v in noise.items()}
+        return {**noise, **super().extra_inputs({**named, **noise}, gen)}
 
-    def eager(self, named):
-        self.policy.reset()
-        return self._forward(self.policy, named)
-
-    @staticmethod
-    def _forward(policy, named):
-        named = dict(named)
-        noise = named.pop("noise")
-        return policy.predict_action_chunk(named, noise=noise)  # float32, as the policy's own sample_noise
+    def act(self, policy, batch):
+        batch = dict(batch)
+        noise = batch.pop("noise")
+        policy.reset()
+        return policy.predict_action_chunk(batch, noise=noise)  # float32, as the policy's own sample_noise
 
     def describe(self):
-        return {"adapter": self.name, "token_ids": "seeded ids in [0, 1024), mask all true (no hub tokenizer)"}
+        return {**super().describe(), "tokens": f"prompt-shaped: {self.prompt_length()} seeded ids in [1, "
+                f"{self.TOKEN_IDS}), padding after, mask over the prompt (no hub tokenizer)",
+                "vision_autocast": self.vision_autocast}
 
 
 class XVLAAdapter(LanguageTokensAdapter):
-    """xvla: seeded token ids (its BART tokenizer is on the hub) and the flow's starting noise as inputs.
+    """xvla: seeded token ids (its BART tokenizer is on the hub); the flow's starting noise, which its
+    generate_actions draws with torch.randn, is one of the recorded draws (random_inputs.py)."""
 
-    X-VLA's generate_actions draws that noise with torch.randn inside the model; an exported program would draw
-    its own, so the adapter hands both sides the same tensor by answering that one call with the input.
-    """
-
-    name = "language_tokens_and_noise"
+    def __init__(self, policy, options: dict[str, Any] | None = None):
+        ChunkAdapter.__init__(self, policy, options)
+        self.processors_why = "not run: the preprocessor tokenizes with a tokenizer from the hub"
+        self.vision_autocast = None
 
     def observation(self, gen):
         obs = ChunkAdapter.observation(self, gen)
@@ -436,31 +549,15 @@ class XVLAAdapter(LanguageTokensAdapter):
         obs[OBS_LANGUAGE_TOKENS] = torch.randint(0, self.TOKEN_IDS, (1, length), generator=gen)
         return obs
 
-    def extra_inputs(self, batch, gen):
-        return {"noise": torch.randn((1, self.config.chunk_size, self.policy.model.dim_action), generator=gen)}
+    def extra_inputs(self, named, gen):
+        return ChunkAdapter.extra_inputs(self, named, gen)
 
-    @staticmethod
-    def _forward(policy, named):
-        named = dict(named)
-        noise = named.pop("noise")
-        randn = torch.randn
-
-        def given_noise(*size, dtype=None, device=None, **kwargs):
-            if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
-                size = tuple(size[0])
-            if tuple(size) == tuple(noise.shape):
-                return noise.to(dtype=dtype or noise.dtype, device=device or noise.device)
-            return randn(*size, dtype=dtype, device=device, **kwargs)
-
-        torch.randn = given_noise
-        try:
-            return policy.predict_action_chunk(named)
-        finally:
-            torch.randn = randn
+    def act(self, policy, batch):
+        policy.reset()
+        return policy.predict_action_chunk(batch)
 
     def describe(self):
-        return {"adapter": self.name, "token_ids": "seeded ids in [0, 1024) (no hub tokenizer)",
-                "noise": "an input: the model's one torch.randn call answered with it"}
+        return {**ChunkAdapter.describe(self), "tokens": f"seeded ids in [0, {self.TOKEN_IDS}) (no hub tokenizer)"}
 
 
 class ForwardOnly:
@@ -470,18 +567,18 @@ class ForwardOnly:
     compose = ChunkAdapter.compose
 
 
-def make_adapter(policy: nn.Module) -> ChunkAdapter:
+def make_adapter(policy: nn.Module, options: dict[str, Any] | None = None) -> ChunkAdapter:
     kind = policy.config.type
     if kind == "diffusion":
-        return DiffusionAdapter(policy)
+        return DiffusionAdapter(policy, options)
     if kind == "vqbet":
-        return QueuedChunkAdapter(policy, _prepare_vqbet)
+        return QueuedChunkAdapter(policy, _prepare_vqbet, options)
     if kind == "tdmpc":
-        return QueuedChunkAdapter(policy, _prepare_tdmpc)
+        return QueuedChunkAdapter(policy, _prepare_tdmpc, options)
     if kind == "gaussian_actor":
-        return GaussianActorAdapter(policy)
+        return GaussianActorAdapter(policy, options)
     if kind in ("pi0", "pi05"):
-        return LanguageTokensAdapter(policy)
+        return LanguageTokensAdapter(policy, options)
     if kind == "xvla":
-        return XVLAAdapter(policy)
-    return ChunkAdapter(policy)
+        return XVLAAdapter(policy, options)
+    return ChunkAdapter(policy, options)
