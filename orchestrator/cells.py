@@ -107,6 +107,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
                 fingerprint=fingerprint(configs, identities[cell["torch"]]) if with_fingerprints else {},
                 requires_cuda=bool(exporter.get("requires_cuda")),
                 repeat=repeat,
+                tolerance=None if policy.get("tolerance") is None else float(policy["tolerance"]),
             )
         )
     return specs

@@ -4,6 +4,7 @@ The key covers the resolved policy, gpu, torch and exporter configs (make_random
 them) and the build's environment: a recipe's digest (requirements, index, patch bytes) or, for an interpreter
 we did not build, its installed distributions. The GPU name and driver that the job saw are kept in the record's
 fingerprint too, but only the config can be compared before a job runs, so they are not in the key.
+`config_key` leaves an interpreter's distributions out: what collect compares, wherever it runs.
 """
 
 from __future__ import annotations
@@ -30,4 +31,14 @@ def installed_identity(python: str, found: dict[str, Any]) -> dict[str, Any]:
 
 def fingerprint(configs: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
     blob = json.dumps({"configs": configs, "env": env}, sort_keys=True, default=str)
-    return {"key": hashlib.sha256(blob.encode()).hexdigest()[:16], "configs": configs, "env": env}
+    return {"key": hashlib.sha256(blob.encode()).hexdigest()[:16], "config_key": config_key(configs, env),
+            "configs": configs, "env": env}
+
+
+def config_key(configs: dict[str, Any], env: dict[str, Any] | None) -> str:
+    """What of the key the config alone decides, on any machine: the resolved configs and a recipe's identity
+    (its digest and patches), not the distributions of an interpreter we did not build, which only the machine
+    that has it can read. collect compares this: it may run where the sweep's environments are not."""
+    built = env if isinstance(env, dict) and "recipe" in env else None
+    blob = json.dumps({"configs": configs, "env": built}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -7,6 +7,9 @@ matrices), the overrides, this interpreter, and, for a build that is an installe
 site-packages directories. DIR/.fingerprints.json keeps, per cell, digests of those inputs and the keys they gave
 (the last few sets of inputs); a cell whose inputs match one keeps its key, and only the others are composed
 again. Configs that interpolate (`${...}`) may depend on anything, so they always take the full path.
+
+collect's config keys (`config_keys`: no interpreter's distributions in them) are kept the same way, by the
+config inputs alone.
 """
 
 from __future__ import annotations
@@ -76,6 +79,14 @@ class ConfigFiles:
         names = cell_id.split("/")
         return len(names) == 3 and all(os.path.join(group, f"{names[i]}.yaml") in self.files
                                        for group, i in CELL_GROUPS.items())
+
+    def known(self, cell_ids: list[str]) -> list[str]:
+        """The cells `knows`, by a set of names per group: collect asks this of every record it reads."""
+        names = {group: {name[len(group) + 1:-5] for name in self.files
+                         if name.startswith(group + os.sep) and name.count(os.sep) == 1} for group in CELL_GROUPS}
+        policies, gpus, builds = (names[group] for group in CELL_GROUPS)
+        return [c for c in cell_ids if (p := c.split("/")) and len(p) == 3 and p[0] in policies and p[1] in gpus
+                and p[2] in builds]
 
     def _patches(self, build: str) -> str:
         if build not in self._builds:
@@ -154,6 +165,52 @@ def current_keys(out_dir: Path, cell_ids: list[str], overrides: list[str],
     return keys
 
 
+def current_config_keys(out_dir: Path, cell_ids: list[str], overrides: list[str], config_dir: Path | None,
+                        store: bool = True) -> dict[str, str]:
+    """Each cell's config key (fingerprint.config_key: the configs and a recipe's identity, no installed
+    distributions) as the config gives it now; cells the config does not have are left out. It depends on the
+    config files and overrides alone, so it is kept by those inputs (no interpreter is asked), beside the keys.
+    `store`: keep the ones composed here (collect --check writes nothing)."""
+    files = ConfigFiles(config_dir)
+    cell_ids = files.known(cell_ids)  # a cell of names the config lacks has nothing to compare
+    if files.interpolates:
+        return _config_keys(specs_now.current_specs(cell_ids, overrides, config_dir, fingerprinted=False))
+    cache = read_cache(out_dir)
+    kept = cache.setdefault("config_keys", {})
+    relevant = _relevant(overrides)
+    parts = {c: files.cell_part(c, relevant) for c in cell_ids}
+    keys = {}
+    for cell_id, part in parts.items():
+        hit = next((e["key"] for e in kept.get(cell_id) or [] if e.get("inputs") == part), None)
+        if hit is not None:
+            keys[cell_id] = hit
+    missed = [c for c in cell_ids if c not in keys]
+    if not missed:
+        return keys
+    found = _config_keys(specs_now.current_specs(missed, overrides, config_dir, fingerprinted=False))
+    keys.update(found)
+    if store:
+        for cell_id, key in found.items():
+            _keep(kept, cell_id, parts[cell_id], key)
+        try:
+            write_json_atomic(Path(out_dir) / CACHE_NAME, cache)
+        except OSError:
+            pass  # a cache that cannot be written costs time, not correctness
+    return keys
+
+
+def _keep(kept: dict[str, Any], cell_id: str, inputs: str, key: str) -> None:
+    others = [e for e in kept.get(cell_id) or [] if e.get("inputs") != inputs]
+    kept[cell_id] = [{"inputs": inputs, "key": key}, *others][:KEPT]
+
+
+def _config_keys(specs: dict[str, CellSpec]) -> dict[str, str]:
+    from .fingerprint import config_key, env_identity
+
+    return {cell_id: config_key(spec.configs, env_identity(spec.python, spec.recipe) if spec.recipe else None)
+            for cell_id, spec in specs.items()}
+
+
 def remember(out_dir: Path, specs: list[CellSpec], overrides: list[str], config_dir: Path | None) -> None:
     """Keep the keys a sweep just computed, so the status that follows it composes nothing."""
     files = ConfigFiles(config_dir)
@@ -180,6 +237,8 @@ def _store(out_dir: Path, cache: dict[str, Any], parts: dict[str, str], specs: d
     stamps: dict[str, str] = {}
     identities: dict[str, dict[str, Any]] = {}
     for cell_id, spec in specs.items():
+        if spec.fingerprint.get("config_key"):  # collect's, which no interpreter's state changes
+            _keep(cache.setdefault("config_keys", {}), cell_id, parts[cell_id], spec.fingerprint["config_key"])
         python = "" if spec.recipe is not None else spec.python  # a recipe's key does not read its env
         if python and python not in stamps:
             found = env_fingerprint(python)

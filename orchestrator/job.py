@@ -7,6 +7,7 @@ make_random and the exporter with the interpreter of the cell's torch build.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import statistics
@@ -27,6 +28,7 @@ from .spec import PACKAGE_DIR, CellSpec
 EXPORT_LOG = "export.log"
 MAKE_RANDOM_LOG = "make_random.log"
 BUNDLE_DIR = "bundle"
+EXPORT_JSON = "export.json"  # what the fork's CLI writes into the bundle: {"tolerance": <float>, ...}
 INDUCTOR_CACHE = "inductor_cache"
 
 
@@ -50,9 +52,14 @@ def job_env(spec: CellSpec) -> dict[str, str]:
 
 
 def export_command(spec: CellSpec, ckpt: str, out: Path) -> list[str]:
-    """The exporter's argument list with its placeholders filled, then the task and the policy's extra args."""
-    values = {"python": spec.python, "ckpt": ckpt, "out": str(out), "package": str(PACKAGE_DIR)}
-    command = [part.format(**values) for part in spec.command]
+    """The exporter's argument list with its placeholders filled, then the task and the policy's extra args.
+
+    A part with `{tolerance}` takes the policy config's tolerance; without one the part is left out, and the
+    exporter uses (and says) its own default."""
+    values = {"python": spec.python, "ckpt": ckpt, "out": str(out), "package": str(PACKAGE_DIR),
+              "tolerance": "" if spec.tolerance is None else repr(float(spec.tolerance))}
+    command = [part.format(**values) for part in spec.command
+               if spec.tolerance is not None or "{tolerance}" not in part]
     if spec.task:
         command.append(f"--task={spec.task}")
     return command + list(spec.export_args)
@@ -194,8 +201,12 @@ def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offs
     record.export_s = round((record.export_s or 0) + outcome.seconds, 2)  # every run of a repeated check
     record.peak_gpu_mib = max(filter(None, (record.peak_gpu_mib, outcome.peak_gpu_mib)), default=None)
     for key in ("max_diff", "tolerance", "margin", "eager_ms", "exported_ms", "speedup", "check", "check_reason",
-                "repro"):
+                "repro", "tolerance_source"):
         setattr(record, key, found.get(key))
+    if record.tolerance_source is None:  # the fork's CLI: its bundle's export.json, else its check line
+        _bundle_tolerance(record, spec.cell_dir / BUNDLE_DIR / EXPORT_JSON)
+    elif record.tolerance is None:  # an embedded exporter that stopped before its check still said its tolerance
+        record.tolerance = found.get("declared_tolerance")
     record.checked_files = found.get("checked_files") or {}
     record.timing = found.get("timing") or {}
     record.resumed = bool(found.get("resumed"))
@@ -210,6 +221,32 @@ def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offs
         step = found.get("failed_step") or (Step.CHECK if found.get("test_case") == "failed" else Step.EXPORT)
         record.finish(Status.OOM if found.get("oom") else Status.FAILED, step,
                       found.get("error") or f"the exporter exited with status {outcome.returncode}")
+
+
+def _bundle_tolerance(record: Record, path: Path) -> None:
+    """Where the fork's CLI, which prints only its check line, got its tolerance: the export.json it writes into
+    the bundle (`{"tolerance": 0.2, ...}`) where it is there, else the check line. Where the two differ, the
+    record keeps export.json's and says both."""
+    logged = record.tolerance
+    written = _written_tolerance(path)
+    if written is None:
+        record.tolerance_source = "exporter log" if logged is not None else None
+        return
+    record.tolerance, record.tolerance_source = written, "bundle export.json"
+    if logged is not None and not math.isclose(logged, written, rel_tol=1e-5):  # the log prints 6 digits (%g)
+        record.tolerance_source = f"bundle export.json ({written:g}; the exporter log's check line said {logged:g})"
+    if record.max_diff is not None:
+        record.margin = record.max_diff / written
+
+
+def _written_tolerance(path: Path) -> float | None:
+    """export.json's tolerance, a positive number; None where the file, or a usable tolerance in it, is missing."""
+    try:
+        value = json.loads(path.read_text()).get("tolerance")
+    except (OSError, ValueError, AttributeError):
+        return None
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else None
 
 
 def _checked(record: Record, outcome: Any) -> bool:

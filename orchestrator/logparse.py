@@ -55,6 +55,9 @@ def _embedded_lines(text: str, patterns: dict[str, Any]) -> dict[str, Any]:
     hits = list(re.finditer(patterns["check_kind"], text)) if patterns.get("check_kind") else []
     if hits:
         found["check"], found["check_reason"] = hits[-1]["check"], hits[-1]["reason"]
+    hits = list(re.finditer(patterns["tolerance_source"], text)) if patterns.get("tolerance_source") else []
+    if hits:
+        found["tolerance_source"], found["declared_tolerance"] = hits[-1]["source"], _number(hits[-1]["tolerance"])
     hits = list(re.finditer(patterns["gpu_memory"], text)) if patterns.get("gpu_memory") else []
     if hits:
         found["peak_gpu_phases"] = {k: _number(hits[-1][k]) for k in ("export", "run")}

@@ -70,6 +70,9 @@ class Record:
     max_diff: float | None = None
     tolerance: float | None = None
     margin: float | None = None
+    # where `tolerance` came from: the embedded exporters say ("policy config", "exporter default"); for the fork's
+    # CLI, "bundle export.json" (its written export.json) or "exporter log" (the check line), both where they differ
+    tolerance_source: str | None = None
     make_random_s: float | None = None
     checkpoint_wait_s: float | None = None  # seconds waiting for (and finding) a checkpoint another job built
     export_s: float | None = None

@@ -112,6 +112,8 @@ class PolicyConf:
     env: dict[str, Any] | None = setting(MAPPING, mapping)
     exporter: str | None = setting(TEXT, text)
     slurm: dict[str, Any] | None = setting(MAPPING, mapping, keys=SlurmResources)
+    # the check's largest allowed difference with eager, passed to the exporters that take it (--tolerance=)
+    tolerance: float | None = setting(f"{POSITIVE} or null", positive)
 
 
 @dataclass

@@ -38,6 +38,7 @@ class CellSpec:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     repeat: dict[str, Any] = field(default_factory=lambda: {"band": [0.8, 1.25], "runs": 1})
     requires_cuda: bool = False  # the exporter needs a CUDA device: without one the cell is an `error` at once
+    tolerance: float | None = None  # the policy config's, for the exporter's `{tolerance}` part (left out if None)
 
     @property
     def id(self) -> str:

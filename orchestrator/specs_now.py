@@ -21,8 +21,10 @@ def covering(cell_ids: list[str]) -> list[str]:
             "matrix.include=[]", "matrix.exclude=[]"]
 
 
-def current_specs(cell_ids: list[str], overrides: list[str], config_dir: Path | None) -> dict[str, CellSpec]:
-    """The specs the current config gives these cells, fingerprinted."""
+def current_specs(cell_ids: list[str], overrides: list[str], config_dir: Path | None,
+                  fingerprinted: bool = True) -> dict[str, CellSpec]:
+    """The specs the current config gives these cells, fingerprinted (which asks each installed interpreter for
+    its distributions) unless `fingerprinted` is False."""
     from .cells import resolve
 
     if not cell_ids:
@@ -33,4 +35,4 @@ def current_specs(cell_ids: list[str], overrides: list[str], config_dir: Path | 
         raise ConfigError(str(exc)) from None
     composed = compose_config([*overrides, *matrix], config_dir)
     wanted = set(cell_ids)
-    return {s.id: s for s in resolve(composed, with_fingerprints=True) if s.id in wanted}
+    return {s.id: s for s in resolve(composed, with_fingerprints=fingerprinted) if s.id in wanted}

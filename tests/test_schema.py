@@ -80,6 +80,8 @@ def test_axis_entries_keep_a_sites_own_keys_and_their_values_as_written(tmp_path
     ("policies.act.task=''", "policies.act.task must be a non-empty string or null, got ''"),
     ("gpus.cpu.slurm.cpus_per_task=-1", "gpus.cpu.slurm.cpus_per_task must be a number greater than 0, got -1"),
     ("policies.act.env=3", "policies.act.env must be a mapping (key: value), got 3"),
+    ("policies.act.tolerance=-1", "policies.act.tolerance must be a number greater than 0 or null, got -1"),
+    ("policies.act.tolerance=abc", "policies.act.tolerance must be a number greater than 0 or null, got 'abc'"),
 ])
 def test_a_bad_axis_value_is_one_line(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as caught:

@@ -23,6 +23,7 @@ from .columns import BY
 from .records import REPRO_EXPORTER, load_records
 from .settings import DEFAULTS, Settings
 from .splice import splice_file
+from .stale import stale_cells
 from .tables import make_tables
 
 OUTPUTS = ("cells.csv", "matrix.csv", "repros.csv", "matrix.md", "report.html")
@@ -106,6 +107,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     settings, plain = kept_settings(overrides, config_dir)
     settings.rerun_args = [*(["--config-dir", str(config_dir)] if config_dir else []),
                            *(o for o in overrides if _group(o) in ("matrix", "out_dir"))]
+    settings.stale_args = [*(["--config-dir", str(config_dir)] if config_dir else []), *overrides]
     out_dir = settings.out_dir
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")
@@ -116,6 +118,10 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
 
         cells, history = (frame[frame["id"].map(selects).astype(bool)].reset_index(drop=True)
                           for frame in (cells, history))
+    stale, why = stale_cells(cells, overrides, config_dir, out_dir, store=not check)
+    if why:
+        print(f"export-matrix: {why}", file=sys.stderr)
+    cells["stale"] = cells["id"].isin(stale)
     _complete_axes(settings, plain, overrides, config_dir,
                    *(sorted(cells[axis].unique().tolist()) for axis in ("gpu", "torch")))
     done = make_tables(cells, history, settings)

@@ -22,10 +22,12 @@ REPRO_EXPORTER = "repro"  # conf/exporter/repro.yaml: cells that run a standalon
 COLUMNS = ("id", "policy", "gpu", "torch", "exporter", "status", "attempt", "failed_step", "error", "max_diff",
            "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms", "fixes", "versions",
            "log", "log_tail", "ended_at", "check", "repro_row", "reproduced", "repro_summary", "runs_low",
-           "runs_high")
+           "runs_high", "config_key")
 NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms", "runs_low",
            "runs_high")
-TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "check", "repro_row", "repro_summary")
+TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "check", "repro_row", "repro_summary",
+         "config_key")
+FROM_CONFIGS = "?"  # `config_key` of a record from before records had one: stale.py computes it from the record
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
 # Only a failure's log tail is searched for the catalog's patterns: the others, most of the bytes, stay out.
 NO_TAIL_NEEDED = frozenset({Status.PASSED, *UNFINISHED})
@@ -57,6 +59,9 @@ def _row(cell: CellId, data: dict[str, Any]) -> tuple:
     versions = get("versions")
     runs, tolerance = get("check_runs"), get("tolerance")  # a check repeated near its limit: its margins' range
     repeated = isinstance(runs, list) and len(runs) > 1 and isinstance(tolerance, int | float) and tolerance
+    fingerprint = get("fingerprint")  # its config key, what stale.py compares (no dict kept: thousands cost GC time)
+    config_key = fingerprint.get("config_key") or (FROM_CONFIGS if fingerprint.get("configs") else None) \
+        if isinstance(fingerprint, dict) else None
     return (
         str(cell), *cell, _text(get("exporter")), status,
         get("attempt") or 1, _text(get("failed_step")), _text(get("error")), get("max_diff"), tolerance,
@@ -68,6 +73,7 @@ def _row(cell: CellId, data: dict[str, Any]) -> tuple:
         _text(get("check")), None if repro.get("row") is None else str(repro["row"]),
         reproduced if isinstance(reproduced, bool) else None, _text(repro.get("summary")),
         *((min(runs) / tolerance, max(runs) / tolerance) if repeated else (None, None)),
+        config_key if isinstance(config_key, str) else None,
     )
 
 

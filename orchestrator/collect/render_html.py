@@ -10,7 +10,17 @@ from html import escape
 from urllib.parse import quote
 
 from .failure_summary import named_rows
-from .render_md import LEGEND, REPROS_HEAD, Summary, listed, num, repro_cells, rerun_commands
+from .render_md import (
+    LEGEND,
+    REPROS_HEAD,
+    STALE_LEGEND,
+    Summary,
+    listed,
+    num,
+    repro_cells,
+    rerun_commands,
+    stale_command,
+)
 from .settings import Settings
 
 MAX_CELL_ROWS = 2000  # the per-cell table; a larger sweep lists only its first cells (cells.csv has them all)
@@ -54,6 +64,8 @@ def render(summary: Summary, settings: Settings) -> str:
         out += [f"<tr><th>{escape(policy)}</th>", *(summary.html[policy].get(g, "<td></td>") for g in summary.gpus),
                 "</tr>"]
     out += ["</table>", f"<p>{escape(LEGEND.format(at_limit=settings.at_limit))}</p>"]
+    if summary.stale:
+        out.append(f"<p>{escape(STALE_LEGEND)}</p>")
     if summary.new_failures:
         out += ["<h2>New failures</h2><p>No entry of the failure catalog matches them.</p><ul>",
                 *(f'<li><code class="err">{escape(error)}</code> ({listed(cells, lambda c: _link(c[1], c[0]))})</li>'
@@ -63,6 +75,11 @@ def render(summary: Summary, settings: Settings) -> str:
         out += [f"<li>{escape(cell)}: {escape(why)}</li>" for cell, why, _ in summary.undecided]
         out.append("</ul><p>Retry them: " + ", ".join(f"<code>{escape(c)}</code>"
                                                     for c in rerun_commands(summary.undecided, settings)) + "</p>")
+    if summary.stale:
+        out.append("<h2>Stale</h2><p>Made from other configs than the current config gives these cells; shown as "
+                   "they were, never new failures.</p><ul>")
+        out += [f"<li>{escape(cell)}: {escape(status)}</li>" for cell, status in summary.stale]
+        out.append(f"</ul><p>Rerun them: <code>{escape(stale_command(settings))}</code></p>")
     out.append("<h2>Failures</h2><table><tr><th>#</th><th>Failure</th><th>Policies</th><th>Repro</th>"
                "<th>Fixed by</th></tr>")
     out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in summary.failure_rows]
@@ -92,8 +109,9 @@ CELL_COLUMNS = ("cell", "status", "step", "failures", "difference / tolerance", 
                 "peak GPU MiB", "check", "attempt", "error")
 
 
-_CellRow = namedtuple("_CellRow", ["id", "log", "status", "failed_step", "failures", "max_diff", "tolerance",
-                                   "margin", "speedup", "exported_ms", "peak_gpu_mib", "check", "attempt", "error"])
+_CellRow = namedtuple("_CellRow", ["id", "log", "status", "stale", "failed_step", "failures", "max_diff",
+                                   "tolerance", "margin", "speedup", "exported_ms", "peak_gpu_mib", "check", "attempt",
+                                   "error"])
 
 
 def _cells_table(summary: Summary) -> str:
@@ -116,7 +134,7 @@ def _cells_table(summary: Summary) -> str:
     for row in rows:
         diff = f"{num(row.max_diff)} / {num(row.tolerance)}" if num(row.max_diff) else ""
         out.append(f'<tr data-status="{escape(row.status)}" data-failures="{escape(_str(row.failures))}">'
-                   f"<td>{_link(row.log, row.id)}</td><td>{escape(row.status)}</td>"
+                   f"<td>{_link(row.log, row.id)}</td><td>{escape(row.status)}{' (stale)' if row.stale else ''}</td>"
                    f"<td>{escape(_str(row.failed_step))}</td><td>{escape(_str(row.failures))}</td>"
                    f"<td>{escape(diff)}</td><td>{escape(num(row.margin))}</td><td>{escape(num(row.speedup))}</td>"
                    f"<td>{escape(num(row.exported_ms))}</td><td>{escape(num(row.peak_gpu_mib))}</td>"

@@ -10,7 +10,7 @@ import math
 import re
 import shlex
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -23,6 +23,9 @@ LEGEND = ("✅ passes on stock torch · 🟡 passes only with a patched build (i
           "largest difference / tolerance of the cell that decided the symbol; *slow*: exported slower than eager "
           "(speedup); *at limit*: difference at {at_limit:g} of the tolerance or more, or repeated runs on both "
           "sides of it.")
+STALE_LEGEND = ("(stale): the record was made from other configs (or another build recipe) than the current config "
+                "gives its cell; it is shown as it was and is never a new failure: `export-matrix rerun --stale` runs "
+                "it again.")
 MAX_ERROR_CHARS = 300
 REPROS_HEAD = ("Standalone repros (orchestrator/repros/): does the row's failure still show on each GPU and build "
                "that ran it? A row that stops reproducing after a build change may be fixed.")
@@ -71,7 +74,7 @@ def cell_text(row: dict) -> str:
         return "⚠️ unreadable"
     label = {"patched": row["fixes"] or row["build"], "fail": row["failures"], "running": "running",
              "undecided": row.get("reason") or "undecided"}.get(status)
-    head = row["symbol"] + (f" {label}" if label else "")
+    head = row["symbol"] + (" (stale)" if row.get("stale") else "") + (f" {label}" if label else "")
     pieces = [head]
     if status == "running" and row["failures"]:
         pieces.append(row["failures"])  # what the finished builds hit so far
@@ -107,6 +110,7 @@ class Summary:
     repros: list[dict]  # repros.csv's rows: the standalone repros and whether each still reproduces
     cells: pd.DataFrame  # the first cells in id order, report.html's cells table
     undecided: list[tuple[str, str, str]]  # (cell id, why, exporter) of the cells nothing judged, in id order
+    stale: list[tuple[str, str]] = field(default_factory=list)  # (cell id, status) of the stale records, id order
 
 
 def rerun_commands(undecided: list[tuple[str, str, str]], settings: Settings) -> list[str]:
@@ -117,6 +121,12 @@ def rerun_commands(undecided: list[tuple[str, str, str]], settings: Settings) ->
         by_exporter[exporter if isinstance(exporter, str) else ""].append(cell)  # a missing one reads NaN
     return [shlex.join(["export-matrix", "rerun", *cells, *settings.rerun_args,
                         *([f"exporter={exporter}"] if exporter else [])]) for exporter, cells in by_exporter.items()]
+
+
+def stale_command(settings: Settings) -> str:
+    """The command that runs the stale records again: collect's own --config-dir and overrides, so `rerun --stale`
+    compares with the same config this collect did."""
+    return shlex.join(["export-matrix", "rerun", "--stale", *settings.stale_args])
 
 
 def build_versions(cells: pd.DataFrame, settings: Settings) -> list[tuple[str, str, str]]:
@@ -160,6 +170,8 @@ def render(summary: Summary, settings: Settings) -> str:
     lines += [f"| {md_text(policy)} | " + " | ".join([summary.md[policy].get(g, "") for g in summary.gpus]) + " |"
               for policy in summary.policies]
     lines += ["", LEGEND.format(at_limit=settings.at_limit)]
+    if summary.stale:
+        lines += ["", STALE_LEGEND]
     if summary.new_failures:
         lines += ["", "**New failures** (no entry of the failure catalog matches them):", ""]
         lines += [f"- {md_text(error, MAX_ERROR_CHARS)} ({listed(cells, lambda c: md_text(c[0]))})"
@@ -168,6 +180,11 @@ def render(summary: Summary, settings: Settings) -> str:
         lines += ["", "**Undecided** (nothing judged the export; these are not failures):", ""]
         lines += [f"- {md_text(cell)}: {md_text(why)}" for cell, why, _ in summary.undecided]
         lines += ["", "Retry them: " + ", ".join(f"`{c}`" for c in rerun_commands(summary.undecided, settings))]
+    if summary.stale:
+        lines += ["", "**Stale** (made from other configs than the current config gives these cells; shown as they "
+                  "were, never new failures):", ""]
+        lines += [f"- {md_text(cell)}: {md_text(status)}" for cell, status in summary.stale]
+        lines += ["", f"Rerun them: `{stale_command(settings)}`"]
     lines += ["", "| # | Failure | Policies | Repro | Fixed by |", "| --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in summary.failure_rows]
     lines += ["", md_text(summary.policy_line)]

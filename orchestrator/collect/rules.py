@@ -10,6 +10,9 @@ entry's id its reason. Only verdicts decide a symbol (render_md.LEGEND says what
 The numbers of a policy x gpu come from the cell that decided its symbol: the first stock build that passed; else
 the first patched build that passed; else the failed build that got as far as the check (smallest margin), else
 the first stock build. `failures` is every catalog id seen across the builds; `primary` only the deciding cell's.
+
+A stale record (made from other configs or another environment than the current config gives its cell; stale.py)
+counts as it is, marked `stale`, but never as a new failure: it is rerun (`rerun --stale`), not triaged.
 """
 
 from __future__ import annotations
@@ -30,12 +33,12 @@ SYMBOLS = {"pass": "✅", "patched": "🟡", "fail": "❌", "undecided": "⏸", 
 UNDECIDED_STATUSES = frozenset({Status.ERROR, Status.CANCELLED, Status.KILLED, Status.TIMEOUT})
 # A process killed by a signal of its own making crashed: that is the export's verdict, not an outside stop.
 CRASH_SIGNALS = r"\bSIG(?:SEGV|ABRT|BUS|FPE|ILL)\b"
-CELL_COLUMNS = ["id", "policy", "gpu", "torch", "status", "outcome", "reason", "failed_step", "failures", "error",
-                "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "runs", "attempt", "versions",
-                "fixes", "stock", "slow", "at_limit", "straddle", "log"]
+CELL_COLUMNS = ["id", "policy", "gpu", "torch", "status", "stale", "outcome", "reason", "failed_step", "failures",
+                "error", "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "runs", "attempt",
+                "versions", "fixes", "stock", "slow", "at_limit", "straddle", "log"]
 MATRIX_COLUMNS = ["policy", "gpu", "symbol", "status", "reason", "build", "fixes", "failures", "primary", "error",
                   "max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "check", "runs", "slow", "at_limit",
-                  "in_progress", "builds", "new_error", "cell", "log"]
+                  "in_progress", "stale", "builds", "new_error", "cell", "log"]
 REPRO_COLUMNS = ["row", "id", "policy", "gpu", "torch", "status", "reproduces", "summary", "error", "log"]
 
 
@@ -49,6 +52,9 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     """Each cell with its effective fixes, stock flag, marks (slow, at limit) and catalog flags."""
     catalog = settings.catalog
     df = cells.copy()
+    # made from other configs or another environment than the current config gives the cell (stale.py): shown as
+    # it is and marked, never a new failure
+    df["stale"] = df["stale"].fillna(False).astype(bool) if "stale" in df else False
     configured = df["torch"].map({name: " ".join(fixes) for name, fixes in settings.build_fixes.items()})
     df["fixes"] = configured.fillna(df["fixes"]).fillna("").astype(str)  # the config's, for a build it names
     df["stock"] = df["fixes"].str.strip() == ""
@@ -87,7 +93,7 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     for entry in catalog.entries:  # an entry with a signal flags the cells with that mark
         if entry.signal:
             flags[entry.column] |= df[entry.signal]
-    flags[flag_column(NEW)] = df["failing"] & ~flags[by_error].any(axis=1)
+    flags[flag_column(NEW)] = df["failing"] & ~flags[by_error].any(axis=1) & ~df["stale"]
     df = pd.concat([df, flags], axis=1)
     df["failures"] = join_ids(df, [*catalog.ids, NEW])
     new = df[flag_column(NEW)]
@@ -146,7 +152,7 @@ def build_matrix(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     missing = [pair for pair in settings.expected if pair not in present]
     if missing:
         blank = pd.DataFrame(missing, columns=keys).assign(status="missing", failures="", primary="", builds=0,
-                                                           slow=False, at_limit=False, in_progress=False)
+                                                           slow=False, at_limit=False, in_progress=False, stale=False)
         matrix = pd.concat([matrix, blank], ignore_index=True) if len(matrix) else blank
     for column in MATRIX_COLUMNS:
         if column not in matrix:
@@ -154,7 +160,7 @@ def build_matrix(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     matrix["symbol"] = matrix["status"].map(SYMBOLS)
     fixes = matrix["fixes"].fillna("").astype(str)
     matrix["fixes"] = fixes.map({f: short_fixes(f) for f in fixes.unique()})  # a few distinct lists: each once
-    for column in ("slow", "at_limit", "in_progress"):
+    for column in ("slow", "at_limit", "in_progress", "stale"):
         matrix[column] = matrix[column].fillna(False).astype(bool)
     matrix["builds"] = matrix["builds"].fillna(0).astype("int64")
     return _in_table_order(matrix[MATRIX_COLUMNS], settings, "policy", "gpu").reset_index(drop=True)
@@ -180,7 +186,7 @@ def _aggregate(df: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     agg["new_error"] = grouped["new_error"].first()
     agg["failures"] = join_ids(agg, [*catalog.ids, NEW])
     picked = decided[["torch", "reason", "fixes", "failures", "error", "max_diff", "tolerance", "margin", "speedup",
-                      "peak_gpu_mib", "check", "runs", "slow", "at_limit", "id", "log"]]
+                      "peak_gpu_mib", "check", "runs", "slow", "at_limit", "stale", "id", "log"]]
     matrix = agg.join(picked.rename(columns={"torch": "build", "failures": "primary", "id": "cell"}))
     # A cell whose record cannot be read may hold any result: only a stock pass is earned without it.
     matrix["status"] = np.select([matrix["stock_pass"], matrix["unreadable"], matrix["patched_pass"],

@@ -27,6 +27,7 @@ class Settings:
     builds: list[str] = field(default_factory=list)
     expected: list[tuple[str, str]] = field(default_factory=list)  # policy x gpu the matrix names ("—" if none)
     rerun_args: list[str] = field(default_factory=list)  # collect's --config-dir, matrix and out_dir: a rerun's too
+    stale_args: list[str] = field(default_factory=list)  # collect's --config-dir and every override: rerun --stale's
 
     def gpu_label(self, gpu: str) -> str:
         return self.gpu_labels.get(gpu) or gpu

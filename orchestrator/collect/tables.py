@@ -39,7 +39,9 @@ def make_tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) 
     columned, column_settings = by_build(classified, settings)
     matrix = build_matrix(columned, column_settings)
     repros = repro_table(cells[is_repro], settings)
-    summary = _summary(columned, matrix, repros, column_settings)
+    marked = cells[cells["stale"].fillna(False).astype(bool)] if "stale" in cells else cells.iloc[:0]
+    stale = list(zip(*columns(marked, "id", "status"), strict=True))  # standalone repros too: rerun --stale takes them
+    summary = _summary(columned, matrix, repros, column_settings, stale)
     texts = {
         "cells.csv": csv_text(cells_table(classified, settings)),
         "matrix.csv": csv_text(matrix),
@@ -50,7 +52,8 @@ def make_tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) 
     return Tables(matrix, texts, len(cells), column_settings)
 
 
-def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, settings: Settings) -> Summary:
+def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, settings: Settings,
+             stale: list[tuple[str, str]]) -> Summary:
     md: dict[str, dict[str, str]] = {}
     html: dict[str, dict[str, str]] = {}
     names = list(matrix.columns)
@@ -72,5 +75,6 @@ def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, se
         new_failures=list(new_failures.items()), failure_rows=failure_rows, policy_line=policy_line,
         builds=build_versions(cells, settings), gpu_versions=gpu_versions(cells, settings),
         repros=repros.to_dict("records"), cells=cells.head(render_html.MAX_CELL_ROWS),
-        undecided=list(zip(*columns(cells[cells["outcome"] == "undecided"], "id", "reason", "exporter"),
-                           strict=True)))
+        undecided=list(zip(*columns(cells[(cells["outcome"] == "undecided") & ~cells["stale"]], "id", "reason",
+                                    "exporter"), strict=True)),  # a stale one is rerun with the stale ones
+        stale=stale)

@@ -26,6 +26,10 @@ SEED_POLICIES = ["act", "diffusion", "pi0_fast", "wall_x", "dm05", "lawam", "mol
 SEED_MATRIX = ["matrix=tracking", f"matrix.policies=[{','.join(SEED_POLICIES)}]", "matrix.torch=[stock]",
                "matrix.include=[{policy:wall_x,torch:pr202785},{policy:dm05,torch:pr202785},"
                "{policy:lawam,torch:pr202925},{policy:molmoact2,torch:pr202925}]"]
+# The seed's fork-only policy types take act's random checkpoint; collect is given the same overrides as the sweep,
+# or it marks every record stale (made from other configs than the ones it composes).
+SEED_CHECKPOINTS = act_checkpoints("act", "diffusion", "pi0_fast", "wall_x", "dm05", "molmoact2", "fineart_vla",
+                                   "lingbot_vla_v2")
 
 
 def matrix_rows(out: Path) -> dict[tuple[str, str], dict[str, str]]:
@@ -38,10 +42,8 @@ def seed_out(standin_conf: Path, ckpt_dir: Path, tmp_path_factory: pytest.TempPa
     """28 cells of the seed's policies, swept for real and collected."""
     out = tmp_path_factory.mktemp("collect_seed")
     cli("sweep", "--config-dir", str(standin_conf), *SEED_MATRIX, f"out_dir={out}", f"ckpt_dir={ckpt_dir}",
-        "launcher.parallel=2", "launcher.poll_s=0.2",
-        *act_checkpoints("act", "diffusion", "pi0_fast", "wall_x", "dm05", "molmoact2", "fineart_vla",
-                         "lingbot_vla_v2"))
-    cli("collect", "--config-dir", str(standin_conf), *SEED_MATRIX, f"out_dir={out}")
+        "launcher.parallel=2", "launcher.poll_s=0.2", *SEED_CHECKPOINTS)
+    cli("collect", "--config-dir", str(standin_conf), *SEED_MATRIX, f"out_dir={out}", *SEED_CHECKPOINTS)
     return out
 
 
@@ -122,7 +124,7 @@ def test_cells_csv_and_report_links(seed_out: Path) -> None:
 
 
 def test_check_is_fresh_then_stale(seed_out: Path, standin_conf: Path, tmp_path: Path) -> None:
-    args = ["collect", "--config-dir", str(standin_conf), *SEED_MATRIX, f"out_dir={seed_out}"]
+    args = ["collect", "--config-dir", str(standin_conf), *SEED_MATRIX, f"out_dir={seed_out}", *SEED_CHECKPOINTS]
     assert cli(*args, "--check").returncode == 0
     readme = tmp_path / "README.md"
     readme.write_text("# Tracking\n\n<!-- export-matrix:start -->\n<!-- export-matrix:end -->\n")
@@ -141,16 +143,19 @@ def reruns(standin_conf: Path, ckpt_dir: Path, tmp_path_factory: pytest.TempPath
     out = tmp_path_factory.mktemp("collect_reruns")
     base = ["--config-dir", str(standin_conf), "matrix=tracking", "matrix.gpus=[a100]", f"out_dir={out}",
             f"ckpt_dir={ckpt_dir}", "launcher.poll_s=0.2"]
+    scenarios = ["+policies.cosmos3.env.STANDIN_SCENARIO=row2", "+policies.xvla.env.STANDIN_SCENARIO=crash"]
     cli("sweep", *base, "matrix.policies=[cosmos3,xvla]", "matrix.torch=[stock]", *act_checkpoints("cosmos3", "xvla"),
-        "+policies.cosmos3.env.STANDIN_SCENARIO=row2", "+policies.xvla.env.STANDIN_SCENARIO=crash")
+        *scenarios)
     wall_x = [*base, "matrix.policies=[wall_x]", "matrix.torch=[pr202785]", *act_checkpoints("wall_x")]
     cli("sweep", *wall_x)  # row 5 on the A100: 0.0953 > 0.075
     collect = ["collect", "--config-dir", str(standin_conf), "matrix=tracking", "matrix.gpus=[h100,a100]",
-               "matrix.policies=[cosmos3,xvla,wall_x]", "matrix.torch=[stock,pr202785]", f"out_dir={out}"]
+               "matrix.policies=[cosmos3,xvla,wall_x]", "matrix.torch=[stock,pr202785]", f"out_dir={out}",
+               *act_checkpoints("cosmos3", "xvla", "wall_x"), *scenarios]  # the sweeps' config: nothing stale
     first = cli(*collect)
     before = (out / "matrix.md").read_text()
-    cli("sweep", *wall_x, "+policies.wall_x.env.STANDIN_SCENARIO=pass")  # attempt 2 passes at 0.022
-    second = cli(*collect)
+    passes = "+policies.wall_x.env.STANDIN_SCENARIO=pass"
+    cli("sweep", *wall_x, passes)  # attempt 2 passes at 0.022
+    second = cli(*collect, passes)
     return {"out": out, "first": first.stdout, "second": second.stdout, "before": before}
 
 
