@@ -86,6 +86,29 @@ def test_act_exports_and_reproduces(tmp_path):
     info = json.loads((out / "export_info.json").read_text())
     assert info["ok"] is True
     assert info["max_diff"] <= info["tolerance"]
+    # what a robot sends, through the processors inside the program, as the fork's raw-frame programs
+    assert info["inputs"] == {"observation.images.top": [224, 224, 3], "observation.images.wrist": [224, 224, 3],
+                              "observation.state": [14]}
+    assert info["adapter"]["processors"] == "program"
+    assert "Exported policy tolerance: 0.001 (exporter default" in res.stdout
+    assert info["timing"]["warmup"] >= 1 and info["timing"]["eager_runs"] == 3
+
+
+@needs_env
+def test_a_sampling_policy_passes_with_its_draws_as_inputs(tmp_path):
+    """vqbet picks its codes with torch.multinomial: the draw is an input, so eager and the program agree."""
+    ckpt, out = tmp_path / "random_vqbet", tmp_path / "out"
+    made = _run([MAKE_RANDOM, "vqbet", ckpt, "pretrained_backbone_weights=null"], timeout=300)
+    assert made.returncode == 0, made.stdout[-4000:]
+    res = _run([EXPORTER, f"--policy.path={ckpt}", f"--output_dir={out}", "--runs=1", "--warmups=0",
+                "--tolerance=0.002"], timeout=900)
+    assert res.returncode == 0, res.stdout[-6000:]
+    import json
+
+    info = json.loads((out / "export_info.json").read_text())
+    assert info["random_draws"] == ["rng_0"] and info["inputs"]["rng_0"] == [14, 1]
+    assert info["max_diff"] <= 1e-4 and info["tolerance"] == 0.002
+    assert info["tolerance_source"] == "policy config"
 
 
 @needs_env
@@ -143,11 +166,10 @@ torch.manual_seed(0)
 policy = get_policy_class("gaussian_actor")(cfg).eval()
 adapter = policy_adapters.make_adapter(policy)
 gen = torch.Generator().manual_seed(0)
-obs = adapter.observation(gen)
-named = {k: obs[k] for k in adapter.input_names(obs)}
+named = adapter.host_inputs(adapter.observation(gen))
 named.update(adapter.extra_inputs(named, gen))
 with torch.no_grad():
-    diff = (adapter.eager(dict(named)) - adapter._forward(policy, dict(named))).abs().max().item()
+    diff = (adapter.eager(dict(named)) - adapter.run(policy, dict(named))).abs().max().item()
 policy.to("meta")
 print(diff, adapter.extra_inputs(named, gen)["sample_noise"].device)
 """

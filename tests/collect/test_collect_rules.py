@@ -192,6 +192,25 @@ def test_a_job_that_could_not_build_its_policy_offline_is_undecided(tmp_path: Pa
     assert "- pi0/h100/stock: timeout 5 min" in md and "limit | none yet |" in md  # row 5 is not pi0's reason
 
 
+def test_a_program_that_still_draws_is_undecided_one_not_one_delegate_fails(tmp_path: Path) -> None:
+    """The embedded exporters' own refusals (issue 43): a traced program with a random op was never compared (⏸
+    rng_in_program, listed with its rerun, never a new failure); a program the fork's export would refuse for ops
+    outside its one CUDA delegate is a verdict (❌ not_one_delegate)."""
+    put(tmp_path, "act/h100/stock", "failed", failed_step="trace", exporter="executorch_cuda",
+        error="export_base.RandomOpInProgram: rng_in_program: aten.bernoulli at modeling_act.py:123 (method forward):"
+              " the exported program still draws random numbers, so its check would compare two random draws")
+    put(tmp_path, "vqbet/h100/stock", "failed", failed_step="compile-model", exporter="executorch_cuda",
+        error="cuda_program.NotOneDelegate: not_one_delegate: method forward: 1 CudaBackend delegates, operators "
+              "outside: aten.view_copy.default x2 (the fork's export refuses a program that is not one CUDA delegate)")
+    assert collect(tmp_path, matrix="matrix.policies=[act,vqbet]") == 0
+    got = rows(tmp_path)
+    assert (got[("act", "h100")]["symbol"], got[("vqbet", "h100")]["symbol"]) == ("⏸", "❌")
+    assert table_line(tmp_path, "act").startswith("| act | ⏸ rng_in_program |")
+    md = (tmp_path / "matrix.md").read_text()
+    assert "- act/h100/stock: rng_in_program" in md
+    assert "| not_one_delegate | The lowered program is not one CUDA delegate" in md
+
+
 def test_a_catalog_decides_field_must_be_a_bool(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -246,7 +265,8 @@ def test_slow_mark_and_its_threshold(tmp_path: Path) -> None:
 def test_catalog_matches_the_seed_messages_with_other_numbers() -> None:
     catalog = load_catalog([PACKAGE_CONF])
     assert catalog.ids == ["1", "2", "3", "4", "5", "6", "7", "8", "conv_no_choice", "data_dependent", "detach_copy",
-                           "missing_package", "multinomial", "needs_hub", "sdpa_bf16_only", "split_copy"]
+                           "missing_package", "multinomial", "needs_hub", "not_one_delegate", "rng_in_program",
+                           "sdpa_bf16_only", "split_copy"]
     assert catalog.match("RuntimeError: Expected bfloat16 inputs") == ["sdpa_bf16_only"]  # pi05/h100, 2026-12-07
     for failure_id, message in SEED_MESSAGES.items():
         assert catalog.match(message) == [failure_id], failure_id
