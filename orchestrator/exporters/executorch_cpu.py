@@ -4,7 +4,7 @@ Runs as a file with the interpreter of a torch build (torch, executorch, lerobot
 orchestrator package:
 
     HF_HUB_OFFLINE=1 PATH=<venv>/bin:$PATH <python> orchestrator/exporters/executorch_cpu.py \
-        --policy.path=<checkpoint dir> --output_dir=<out> [--task=TEXT] [--tolerance=X] [--runs=N]
+        --policy.path=<checkpoint dir> --output_dir=<out> [--task=TEXT] [--tolerance=X] [--runs=N] [--warmups=N]
 
 (`flatc`, which ExecuTorch's serializer calls, must be on PATH; it ships in the venv's bin.)
 
@@ -12,13 +12,15 @@ Steps (load, trace, time and the driver live in export_base.py), in order; each 
 then, as the last line,
 `error: The <step> step failed (see above), so the bundle was not written.` and exits with status 1:
 
-  load   read the policy (and its saved pre/post processors) from the checkpoint, build a seeded (seed 0)
-         example observation for its input_features, run it through the preprocessor, run eager inference.
+  load   read the policy and its saved pre/post processors from the checkpoint, build a seeded (seed 0)
+         example of what a robot sends (policy_adapters.py), record the policy's random draws as inputs
+         (random_inputs.py), run eager inference.
   trace  torch.export of the whole action-chunk prediction, through a per-policy adapter
-         (policy_adapters.py): ACT's predict_action_chunk as is (one `forward` method); Diffusion as two
-         methods, `encode` (observation -> global_cond) and `denoise_step` (one U-Net + scheduler step, the
-         step's timestep/coefficients/noise as inputs), with the initial noise as an input and the sampling
-         loop on the host (adapter.compose; the step table is in export_info.json).
+         (policy_adapters.py): ACT's predict_action_chunk between its processors (one `forward` method);
+         Diffusion as two methods, `encode` (observation -> global_cond) and `denoise_step` (one U-Net +
+         scheduler step, the step's timestep/coefficients/noise as inputs), with the initial noise as an input
+         and the sampling loop on the host (adapter.compose; the step table is in export_info.json). A traced
+         graph that still draws random numbers is refused here (`rng_in_program: aten.X at file.py:N`).
   lower  ExecuTorch to_edge_transform_and_lower with the XNNPACK partitioner, then to_executorch.
   write  OUT/model.pte.
   check  load OUT/model.pte with the ExecuTorch runtime, run it (all its methods, composed as the adapter
@@ -27,24 +29,24 @@ then, as the last line,
          `Exported policy test case: largest difference 2.20e-02 (tolerance 0.075)`; otherwise it raises
          `RuntimeError: The exported policy does not reproduce its test case (9.53e-02 > 0.075). Export it
          again on this device.` and model.pte is renamed to model.pte.failed (kept for inspection).
-  time   median of --runs runs of eager inference and of the ExecuTorch program (the load and check runs
-         were the warm-ups): `Exported policy timing: eager 73.012 ms, exported 429.100 ms (median of 5 runs)`.
-         Without --runs: 5 runs, or fewer (down to 1) where one eager plus one exported inference took more
-         than 12 s, so the timing stays near a minute (Diffusion with DDPM's 100 steps: ~2 minutes eager each).
+  time   median of the eager composition and of the ExecuTorch program, after warm-ups, as the fork times:
+         `Exported policy timing: eager 73.012 ms, exported 429.100 ms (median of 100 runs)`. Without --runs:
+         100 runs after 20 warm-ups; where a chunk takes over a second, 1 warm-up and the runs that fit in 30 s.
 
-OUT/export_info.json records the result (max_diff, tolerance, eager_ms, exported_ms, each step's seconds,
-peak RSS, the failed step and its error), whether the export succeeded or not.
+OUT/export_info.json records the result (max_diff, tolerance and where it came from, eager_ms, exported_ms,
+each step's seconds, peak RSS, the failed step and its error), whether the export succeeded or not.
 
-Tolerances (largest absolute difference, float32 on CPU; --tolerance overrides): 1e-3 for every policy
-(bf16 policies: 0.2, export_base.BF16_TOLERANCE). Eager PyTorch and XNNPACK differ only in float32
-summation order; measured with make_random's weights: ACT 1.3e-06, Diffusion 1.0e-05 (10 DDIM steps) and
-5.4e-06 (10 DDPM steps), TD-MPC without MPC 3.9e-07, gaussian_actor 2.7e-07. 1e-3 leaves two orders of
-magnitude for deeper networks and longer samplers, and still catches a wrong graph or a mismatched noise
-input, whose actions differ by O(0.1..1).
+Tolerance (largest absolute difference): --tolerance, which the orchestrator takes from the policy config's
+`tolerance:` (docs/collect.md gives the rule), else 1e-3, the float32 rule; the first line says which
+(`Exported policy tolerance: 0.001 (policy config)`). Eager PyTorch and XNNPACK differ only in float32
+summation order; measured with make_random's weights: ACT 1.2e-06, vqbet 1.0e-06, Diffusion 3.1e-06 (100 DDPM
+steps), gaussian_actor 5.1e-07. 1e-3 leaves two orders of magnitude for deeper networks and longer samplers, and
+still catches a wrong graph or a mismatched noise input, whose actions differ by O(0.1..1).
 
-The example inputs: images uniform in [0, 1), states and noise standard normal, batch size 1, from one
-torch.Generator seeded with 0; policies that sample noise inside (DDPM steps, VQ-BeT, TD-MPC,
-gaussian_actor) see torch.manual_seed(0) right before the eager call.
+The example inputs, from one torch.Generator seeded with 0: each camera a uint8 HWC frame, the state uniform in
+[0, 1), no batch dimension (a robot's frame, as the fork's test case holds it); the frame conversion and the
+checkpoint's processors run inside the program. Every random draw the policy makes (flow or diffusion noise,
+VQ-BeT's multinomial, TD-MPC's planning) is an input, the same tensor for eager and the program.
 """
 
 from __future__ import annotations

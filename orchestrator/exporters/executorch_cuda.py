@@ -3,23 +3,28 @@
 Runs as a file with the interpreter of a torch build that has CUDA (torch, executorch, lerobot):
 
     HF_HUB_OFFLINE=1 PATH=<venv>/bin:$PATH <python> orchestrator/exporters/executorch_cuda.py \
-        --policy.path=<checkpoint dir> --output_dir=<out> [--task=TEXT] [--tolerance=X|auto] [--runs=N]
+        --policy.path=<checkpoint dir> --output_dir=<out> [--task=TEXT] [--tolerance=X] [--runs=N]
+        [--warmups=N] [--vision_autocast]
 
 The steps are the fork's (`lerobot-export --backend.type=executorch_cuda`), so the same log patterns read both:
 
   load           the policy on the GPU in its config's dtype (float32 unless the config says bfloat16), TF32
-                 off for matmuls and convolutions on both sides; seeded example inputs on the GPU; eager run.
+                 off for matmuls and convolutions on both sides; seeded inputs as a robot sends them, the
+                 policy's random draws among them (policy_adapters.py, random_inputs.py), on the GPU; eager run.
   trace          torch.export of each of the adapter's methods (policy_adapters.py).
   save, reload   torch.export.save of each program to RESUME/<method>.pt2, with the eager reference (inputs,
                  action, eager timings), then torch.export.load of those files (where rows 7 and 8 of the repro
                  pack fail: flat_apply's TreeSpec, wrap_with_autocast's missing val).
-  compile-model  to_edge_transform_and_lower with CudaPartitioner (one compile spec per method), then
-                 to_executorch: CudaBackend runs AOTInductor with its own options (max-autotune, Triton-only
-                 GEMM and convolution kernels, libtorch-free .so), which export_info.json records, with
-                 Triton's ptxas set to the compile workers' (cuda_program.align_triton_ptxas says why).
+  compile-model  to_edge_transform_and_lower with CudaPartitioner (one compile spec per method) and the fork's
+                 EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True), then to_executorch (inputs
+                 and outputs kept on the GPU where this ExecuTorch has PropagateDeviceConfig): CudaBackend runs
+                 AOTInductor with its own options (max-autotune, Triton-only GEMM and convolution kernels,
+                 libtorch-free .so), which export_info.json records, with Triton's ptxas set to the compile
+                 workers' (cuda_program.align_triton_ptxas says why). A method that is not exactly one CudaBackend
+                 delegate fails here (`not_one_delegate: ... operators outside: ...`), as the fork refuses it.
   write          OUT/model.pte and OUT/aoti_cuda_blob.ptd (the weights).
   check          loads the written model.pte + .ptd back from disk, runs it and compares with eager (tolerance:
-                 --tolerance, else 1e-3 in float32 and 0.2 in bfloat16), prints the files' sha256
+                 --tolerance, the policy config's, else 1e-3), prints the files' sha256
                  (`Exported policy checked files: {...}`) and which check ran:
                    `Exported policy check: executorch` where the installed ExecuTorch runtime has CudaBackend
                    (a CUDA build of ExecuTorch): model.pte + .ptd executed by it;
@@ -28,7 +33,8 @@ The steps are the fork's (`lerobot-export --backend.type=executorch_cuda`), so t
                    with libtorch's shims (aoti_runner.py) - the same kernels, another shim layer;
                    `Exported policy check: none (<why>)` when neither could run: the step fails, since a
                    program nobody ran has not passed.
-  time           the checked program's median, CUDA-synchronized, inputs and outputs on the GPU, against eager's
+  time           the checked program's median after warm-ups (20 + 100 runs, fewer for chunks over a second),
+                 CUDA-synchronized, against eager's
                  (timed in load, export_base.time_eager: the same compose over the traced modules).
 
 RESUME is $EXPORT_MATRIX_RESUME_DIR (the orchestrator sets <cell>/resume, kept across attempts), else OUT/resume.

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_TOLERANCE = 1e-3  # float32: eager and the lowered program differ only in summation order
-# Timing as the fork's README measures: 100 chunks after 20 warm-ups, fewer where a chunk takes over a second.
-TIMED_RUNS, WARMUPS, TIMING_BUDGET_S = 100, 20, 100.0
+# Timing as the fork's README measures: 100 chunks after 20 warm-ups; fewer where a chunk takes over a second.
+TIMED_RUNS, WARMUPS, SLOW_TIMING_S = 100, 20, 30.0
 
 
 class RandomOpInProgram(RuntimeError):
@@ -63,10 +63,10 @@ def parse_args(prog: str, description: str, argv: list[str] | None = None) -> ar
     p.add_argument("--tolerance", default=None,
                    help="largest allowed abs difference with eager: the policy config's (default: 1e-3, float32)")
     p.add_argument("--runs", type=int, default=None,
-                   help=f"timed runs for the medians (default: {TIMED_RUNS}, fewer where a chunk takes over "
-                        f"{TIMING_BUDGET_S / TIMED_RUNS:g} s)")
+                   help=f"timed runs for the medians (default: {TIMED_RUNS}; where a chunk takes over a second, "
+                        f"those that fit in {SLOW_TIMING_S:g} s)")
     p.add_argument("--warmups", type=int, default=None,
-                   help=f"untimed runs before the timed ones (default: {WARMUPS}, fewer where --runs is fewer)")
+                   help=f"untimed runs before the timed ones (default: {WARMUPS}; 1 where a chunk takes over a second)")
     p.add_argument("--vision_autocast", action="store_true",
                    help="pi0/pi05: the vision tower under bf16 autocast on CUDA, as the fork runs it")
     args = p.parse_args(argv)
@@ -234,10 +234,11 @@ class PolicyExport:
             return self.adapter.compose(dict(self.named), run)
 
     def runs_for(self, first_s: float) -> tuple[int, int]:
-        """(warm-ups, timed runs): --warmups/--runs, else the fork's 20 and 100, fewer where a chunk takes over a
-        second (each side's timed runs then stay near 100 s, at least 3)."""
-        runs = self.args.runs or max(3, min(TIMED_RUNS, int(TIMING_BUDGET_S / max(first_s, 1e-6))))
-        warmups = self.args.warmups if self.args.warmups is not None else min(WARMUPS, max(1, runs // 5))
+        """(warm-ups, timed runs): --warmups/--runs, else the fork's 20 and 100 for a chunk of up to a second;
+        a slower chunk gets 1 warm-up and the runs that fit in about 30 s (at least 1)."""
+        slow = first_s > 1.0
+        runs = self.args.runs or (max(1, int(SLOW_TIMING_S / first_s)) if slow else TIMED_RUNS)
+        warmups = self.args.warmups if self.args.warmups is not None else (1 if slow else min(WARMUPS, runs))
         return warmups, runs
 
     def time_eager(self) -> None:
