@@ -17,7 +17,7 @@ from ..atomic import write_bytes_atomic
 from ..config import Composed, ConfigError, axis_list, compose_config, selected, to_plain
 from ..config_cache import kept
 from . import changes as changes_md
-from .catalog import load_catalog
+from .catalog import CATALOG_NAME, load_catalog
 from .changes import SYMBOL_ORDER
 from .columns import BY
 from .records import REPRO_EXPORTER, load_records
@@ -39,13 +39,17 @@ def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
     by = str((to_plain(cfg.get("table")) or {}).get("by", "gpu"))
     if by not in BY:
         raise ConfigError(f"table.by={by} is not one of: {', '.join(BY)}")
-    labels, fixes = _axes(cfg)
+    labels, fixes, exporters = _axes(cfg)
+    own = {name: str(cfg.policies[name].get("exporter")) for name in cfg.get("policies") or {}
+           if cfg.policies[name].get("exporter")}
     plain: dict[str, Any] = {
         "out_dir": str(cfg.out_dir), "at_limit": float(knobs["at_limit"]), "slow_below": float(knobs["slow_below"]),
         "margin_move": float(knobs["margin_move"]), "read_threads": int(knobs["read_threads"]),
         "table_by": by, "gpu_labels": labels, "gpus": list(labels), "build_fixes": fixes,
         "builds": list(fixes), "policies": [], "expected": [], "config_dirs": [str(d) for d in composed.config_dirs],
-        "selection": composed.selection, "options": {axis: composed.options[axis] for axis in ("gpu", "torch")}}
+        "gpu_exporters": exporters, "policy_exporters": own, "exporter_choice": composed.choices.get("exporter"),
+        "selection": composed.selection,
+        "options": {axis: composed.options[axis] for axis in ("gpu", "torch", "exporter")}}
     if any(_group(o) == "matrix" for o in overrides):
         # only a matrix the user names says which cells should exist ("—" when they have no record)
         repros = {p for p in cfg.get("policies") or {} if cfg.policies[p].get("exporter") == REPRO_EXPORTER}
@@ -61,11 +65,13 @@ def _group(override: str) -> str:
     return override.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
 
 
-def _axes(cfg) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """The config's GPU labels and builds' fixes, in its order."""
+def _axes(cfg) -> tuple[dict[str, str], dict[str, list[str]], dict[str, str]]:
+    """The config's GPU labels, builds' fixes and GPUs' default exporters, in its order."""
     labels = {name: str(cfg.gpus[name].get("label") or name) for name in cfg.get("gpus") or {}}
     fixes = {name: [str(f) for f in (cfg.builds[name].get("fixes") or [])] for name in cfg.get("builds") or {}}
-    return labels, fixes
+    exporters = {name: str(cfg.gpus[name].get("exporter")) for name in cfg.get("gpus") or {}
+                 if cfg.gpus[name].get("exporter")}
+    return labels, fixes, exporters
 
 
 def _complete_axes(settings: Settings, plain: dict[str, Any], overrides: list[str], config_dir: Path | None,
@@ -81,11 +87,12 @@ def _complete_axes(settings: Settings, plain: dict[str, Any], overrides: list[st
              f"matrix.torch=[{','.join([*settings.builds, *builds])}]", "matrix.include=[]", "matrix.exclude=[]",
              "matrix.policies=[]"]
     try:
-        labels, fixes = kept("collect_settings", overrides, config_dir, [Path(__file__)], extra,
-                             lambda: _axes(compose_config([*overrides, *extra], config_dir).cfg))
+        labels, fixes, exporters = kept("collect_settings", overrides, config_dir, [Path(__file__)], extra,
+                                        lambda: _axes(compose_config([*overrides, *extra], config_dir).cfg))
     except ConfigError:
         return
     settings.gpu_labels = {**labels, **settings.gpu_labels}
+    settings.gpu_exporters = {**exporters, **settings.gpu_exporters}
     settings.gpus += [gpu for gpu in labels if gpu not in settings.gpus]
     settings.build_fixes = {**fixes, **settings.build_fixes}
     settings.builds += [build for build in fixes if build not in settings.builds]
@@ -105,6 +112,8 @@ def kept_settings(overrides: list[str], config_dir: Path | None) -> tuple[Settin
 def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None = None, check: bool = False) -> int:
     """Read every record, classify, render, write: the whole table from scratch each time."""
     settings, plain = kept_settings(overrides, config_dir)
+    for line in settings.catalog.unknown_names(plain["options"]["exporter"], plain["options"]["gpu"]):
+        print(f"export-matrix: warning: {CATALOG_NAME}: {line}", file=sys.stderr)
     settings.rerun_args = [*(["--config-dir", str(config_dir)] if config_dir else []),
                            *(o for o in overrides if _group(o) in ("matrix", "out_dir"))]
     settings.stale_args = [*(["--config-dir", str(config_dir)] if config_dir else []), *overrides]

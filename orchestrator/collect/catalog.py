@@ -21,7 +21,7 @@ NEW = "new"
 # `<N>` in a pattern: any number as a log prints it (3, 2.98, 9.53e-02, -1).
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 SIGNALS = (None, "slow", "at_limit")
-FIELDS = {"title", "repro", "fixed_by", "step", "signal", "patterns", "decides"}
+FIELDS = {"title", "repro", "fixed_by", "step", "signal", "patterns", "decides", "exporters", "gpus"}
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,32 @@ class Entry:
     # true: a timeout, kill or error matching it is a verdict (the export itself decided); false: a failure
     # matching it (and no other entry) decided nothing, since the job could not build the policy where it ran
     decides: bool | None = None
+    # The exporters (conf/exporter names, a record's `exporter`) and GPUs (conf/gpu names) whose cells this entry
+    # can describe; None: any. A cell of another exporter or GPU never hits it (a CPU cell's slowness is not row 1).
+    exporters: frozenset[str] | None = None
+    gpus: frozenset[str] | None = None
 
     @property
     def column(self) -> str:
         return flag_column(self.id)
+
+    @property
+    def restricted(self) -> bool:
+        return self.exporters is not None or self.gpus is not None
+
+    def describes(self, exporter: str | None, gpu: str) -> bool:
+        """Whether a cell of this exporter (None: a record that names none, any) and GPU can hit this entry."""
+        return ((self.exporters is None or exporter is None or exporter in self.exporters)
+                and (self.gpus is None or gpu in self.gpus))
+
+    def describes_many(self, exporters: pd.Series, gpus: pd.Series) -> pd.Series:
+        """describes() for each cell (a boolean Series)."""
+        ok = pd.Series(True, index=gpus.index)
+        if self.exporters is not None:
+            ok &= exporters.isna() | exporters.isin(self.exporters)
+        if self.gpus is not None:
+            ok &= gpus.isin(self.gpus)
+        return ok.astype(bool)
 
 
 def flag_column(failure_id: str) -> str:
@@ -76,6 +98,22 @@ class Catalog:
         hits = [[bool(t) and any(p.search(t) for p in e.patterns) for e in self.entries] for t in map(str, uniques)]
         table = np.array([*hits, [False] * len(self.entries)], dtype=bool)  # code -1 (no text) takes the last row
         return pd.DataFrame(table[codes], index=texts.index, columns=[e.column for e in self.entries])
+
+    def describable(self, exporters: pd.Series, gpus: pd.Series) -> pd.DataFrame:
+        """Which entries can describe each cell (its exporter and GPU), one boolean column per entry."""
+        return pd.DataFrame({e.column: e.describes_many(exporters, gpus) if e.restricted
+                             else pd.Series(True, index=gpus.index) for e in self.entries}, index=gpus.index,
+                            columns=[e.column for e in self.entries]).astype(bool)
+
+    def unknown_names(self, exporters: list[str], gpus: list[str]) -> list[str]:
+        """One line per entry naming an exporter or GPU no config has (that entry can describe no cell of it)."""
+        lines = []
+        for entry in self.entries:
+            for kind, named, valid in (("exporter", entry.exporters, exporters), ("gpu", entry.gpus, gpus)):
+                if bad := sorted((named or set()) - set(valid)):
+                    lines.append(f"failure {entry.id} names {kind} {', '.join(bad)}, which no config has "
+                                 f"(valid: {', '.join(valid)}): no cell of it can hit that entry")
+        return lines
 
 
 def load_catalog(config_dirs: list[Path]) -> Catalog:
@@ -117,6 +155,16 @@ def _entry(failure_id: str, entry: dict[str, Any]) -> Entry:
     decides = entry.get("decides")
     if decides is not None and not isinstance(decides, bool):
         raise ConfigError(f"{where}: decides must be true or false, not {decides!r}")
+    scope = {}
+    for name in ("exporters", "gpus"):
+        value = entry.get(name)
+        if value is None:
+            scope[name] = None
+            continue
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{where}: {name} must be a non-empty list of names, not {entry.get(name)!r}")
+        scope[name] = frozenset(value)
     compiled = []
     for pattern in patterns:
         try:
@@ -125,4 +173,4 @@ def _entry(failure_id: str, entry: dict[str, Any]) -> Entry:
             raise ConfigError(f"{where}: bad pattern {pattern!r} ({exc})") from None
     return Entry(id=failure_id, title=str(entry.get("title") or f"failure {failure_id}"),
                  repro=str(entry.get("repro") or ""), fixed_by=str(entry.get("fixed_by") or ""),
-                 step=entry.get("step"), signal=signal, patterns=tuple(compiled), decides=decides)
+                 step=entry.get("step"), signal=signal, patterns=tuple(compiled), decides=decides, **scope)

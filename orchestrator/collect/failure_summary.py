@@ -37,9 +37,34 @@ def gpu_note(where: set[str], everywhere: set[str], settings: Settings) -> str |
     return " and ".join(settings.gpu_short(g) for g in sorted(where, key=order(settings.gpus)))
 
 
-def summarize(matrix: pd.DataFrame, cells: pd.DataFrame,
-              settings: Settings) -> tuple[list[tuple[str, str, str, str, str]], str]:
-    """(the summary table's rows: #, failure, policies, repro, fixed by; the "Policy to failure:" line).
+def table_scope(cells: pd.DataFrame, settings: Settings) -> set[tuple[str | None, str]]:
+    """The (exporter, GPU) pairs of a table: its cells' (an exporter a record does not name is None: any), and for
+    a policy x GPU the matrix names but no record holds, the exporter its cell would run with."""
+    gpus = [cell_id.split("/")[1] for cell_id in cells["id"].tolist()]  # the GPU, also where a column splits it
+    exporters = [e if isinstance(e, str) else None for e in cells["exporter"].tolist()]
+    pairs = set(zip(exporters, gpus, strict=True))
+    recorded = set(zip(cells["policy"].tolist(), gpus, strict=True))
+    pairs |= {(settings.exporter_choice or settings.default_exporter(policy, gpu), gpu)
+              for policy, gpu in settings.expected if (policy, gpu) not in recorded}
+    return pairs
+
+
+def left_out_text(ids: list[str], pairs: set[tuple[str | None, str]], settings: Settings) -> str:
+    """The line that says which catalog rows the summary left out, and why ("" when none)."""
+    if not ids:
+        return ""
+    ran = ", ".join(f"{exporter or 'an unnamed exporter'} on {settings.gpu_short(gpu)}" for exporter, gpu in
+                    sorted(pairs, key=lambda p: (order(settings.gpus)(p[1]), p[0] or "")))
+    return (f"Not shown: {len(ids)} catalog row{'s' if len(ids) > 1 else ''} ({', '.join(ids)}) that describe only "
+            f"other exporters or GPUs than this table's ({ran or 'none'}; failures.yaml's exporters and gpus).")
+
+
+def summarize(matrix: pd.DataFrame, cells: pd.DataFrame, settings: Settings,
+              pairs: set[tuple[str | None, str]] | None = None,
+              keep: frozenset[str] = frozenset()) -> tuple[list[tuple[str, str, str, str, str]], str, list[str]]:
+    """(the summary table's rows: #, failure, policies, repro, fixed by; the "Policy to failure:" line; the ids
+    of the catalog rows left out: those no cell of pairs, the table's (exporter, GPU) pairs, can hit, unless in
+    keep, the rows whose standalone repro the table holds).
 
     A policy's main failures are its deciding cells' (`primary`); those only other builds hit (that a patched
     build got past) follow as "and 7 on stock torch". Policies with the same clause share it, ordered by the
@@ -85,14 +110,18 @@ def summarize(matrix: pd.DataFrame, cells: pd.DataFrame,
         if outcome == "undecided":  # its reason is those ids (rules.py), or words such as `timeout 5 min`
             for failure_id in env_ids.intersection(str(reason or "").split()):
                 waiting[failure_id].add(policy)
+    shown = [entry for entry in settings.catalog.entries
+             if pairs is None or entry.id in keep or names.get(entry.id) or waiting.get(entry.id)
+             or any(entry.describes(exporter, gpu) for exporter, gpu in pairs)]
+    left_out = [entry.id for entry in settings.catalog.entries if entry not in shown]
     rows = [(entry.id, entry.title, ", ".join(text for _, text in sorted(names.get(entry.id, [])))
              or (f"{', '.join(sorted(waiting[entry.id]))} (undecided)" if waiting.get(entry.id) else "none yet"),
-             entry.repro, entry.fixed_by) for entry in settings.catalog.entries]
+             entry.repro, entry.fixed_by) for entry in shown]
     if not clauses:
-        return rows, "Policy to failure: none."
+        return rows, "Policy to failure: none.", left_out
     pieces = [f"{', '.join(sorted(policies))}{hoist}: {body}." for (hoist, body), (policies, _) in
               sorted(clauses.items(), key=lambda item: item[1][1])]  # stable: ties keep table order
-    return rows, "Policy to failure: " + " ".join(pieces)
+    return rows, "Policy to failure: " + " ".join(pieces), left_out
 
 
 def _describe(primary: dict[str, set[str]], secondary: dict[str, set[str]], everywhere: set[str],

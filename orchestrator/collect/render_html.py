@@ -83,7 +83,10 @@ def render(summary: Summary, settings: Settings) -> str:
     out.append("<h2>Failures</h2><table><tr><th>#</th><th>Failure</th><th>Policies</th><th>Repro</th>"
                "<th>Fixed by</th></tr>")
     out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in summary.failure_rows]
-    out += ["</table>", f"<p>{escape(summary.policy_line)}</p>"]
+    out.append("</table>")
+    if summary.rows_left_out:
+        out.append(f"<p>{escape(summary.rows_left_out)}</p>")
+    out.append(f"<p>{escape(summary.policy_line)}</p>")
     if summary.repros:
         out.append(f"<h2>Standalone repros</h2><p>{escape(REPROS_HEAD)}</p><table><tr><th>#</th><th>repro</th>"
                    "<th>GPU</th><th>torch</th><th>reproduces</th><th>what it showed</th></tr>")

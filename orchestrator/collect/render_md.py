@@ -111,6 +111,7 @@ class Summary:
     cells: pd.DataFrame  # the first cells in id order, report.html's cells table
     undecided: list[tuple[str, str, str]]  # (cell id, why, exporter) of the cells nothing judged, in id order
     stale: list[tuple[str, str]] = field(default_factory=list)  # (cell id, status) of the stale records, id order
+    rows_left_out: str = ""  # which catalog rows no cell of the table could hit, left out of failure_rows
 
 
 def rerun_commands(undecided: list[tuple[str, str, str]], settings: Settings) -> list[str]:
@@ -187,6 +188,8 @@ def render(summary: Summary, settings: Settings) -> str:
         lines += ["", f"Rerun them: `{stale_command(settings)}`"]
     lines += ["", "| # | Failure | Policies | Repro | Fixed by |", "| --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in summary.failure_rows]
+    if summary.rows_left_out:
+        lines += ["", md_text(summary.rows_left_out)]
     lines += ["", md_text(summary.policy_line)]
     if summary.repros:
         lines += ["", REPROS_HEAD, "", "| # | repro | GPU | torch | reproduces | what it showed |",

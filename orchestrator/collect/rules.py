@@ -70,11 +70,13 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     df["at_limit"] = (df["margin"] >= settings.at_limit) | df["straddle"]
     df["slow"] = df["speedup"] < settings.slow_below
 
-    flags = catalog.match_many(df["error"].where(ended))
+    # an entry describes only the cells of its exporters and GPUs (a CPU cell's slowness is no CUDA row)
+    scope = catalog.describable(df["exporter"], df["gpu"])
+    flags = catalog.match_many(df["error"].where(ended)) & scope
     by_error = [e.column for e in catalog.entries if e.patterns]
     unmatched = ended & ~flags[by_error].any(axis=1)
     if unmatched.any():  # no entry knows the error line: look in the log's tail
-        flags = flags | catalog.match_many(df["log_tail"].where(unmatched))
+        flags = flags | (catalog.match_many(df["log_tail"].where(unmatched)) & scope)
     promoted = flags[[e.column for e in catalog.entries if e.decides]].any(axis=1)
     env_ids = catalog.env_ids
     compiler = [e.column for e in catalog.entries if e.patterns and e.id not in env_ids]
@@ -92,7 +94,7 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     flags.loc[undecided] = False  # an undecided cell hits no failure
     for entry in catalog.entries:  # an entry with a signal flags the cells with that mark
         if entry.signal:
-            flags[entry.column] |= df[entry.signal]
+            flags[entry.column] |= df[entry.signal] & scope[entry.column]
     flags[flag_column(NEW)] = df["failing"] & ~flags[by_error].any(axis=1) & ~df["stale"]
     df = pd.concat([df, flags], axis=1)
     df["failures"] = join_ids(df, [*catalog.ids, NEW])

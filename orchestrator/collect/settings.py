@@ -26,11 +26,18 @@ class Settings:
     gpus: list[str] = field(default_factory=list)
     builds: list[str] = field(default_factory=list)
     expected: list[tuple[str, str]] = field(default_factory=list)  # policy x gpu the matrix names ("—" if none)
+    gpu_exporters: dict[str, str] = field(default_factory=dict)  # GPU -> its default exporter (conf/gpu)
+    policy_exporters: dict[str, str] = field(default_factory=dict)  # policy -> its own exporter, where it has one
+    exporter_choice: str | None = None  # collect's `exporter=NAME` (what a missing cell would run with), else None
     rerun_args: list[str] = field(default_factory=list)  # collect's --config-dir, matrix and out_dir: a rerun's too
     stale_args: list[str] = field(default_factory=list)  # collect's --config-dir and every override: rerun --stale's
 
     def gpu_label(self, gpu: str) -> str:
         return self.gpu_labels.get(gpu) or gpu
+
+    def default_exporter(self, policy: str, gpu: str) -> str | None:
+        """The exporter a cell gets without `exporter=` (its policy's own, else its GPU's); None if unknown."""
+        return self.policy_exporters.get(policy) or self.gpu_exporters.get(gpu)
 
     def gpu_short(self, gpu: str) -> str:
         """The GPU's first word, as the seed writes it: "A100", "H100" (and a split column's build)."""

@@ -12,7 +12,7 @@ import pandas as pd
 from . import render_html, render_md
 from .catalog import NEW, flag_column
 from .columns import by_build
-from .failure_summary import columns, summarize
+from .failure_summary import columns, left_out_text, summarize, table_scope
 from .render_md import Summary, build_versions, cell_text, gpu_versions, md_text
 from .rules import build_matrix, cells_table, classify_cells, repro_table
 from .settings import Settings
@@ -41,7 +41,8 @@ def make_tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) 
     repros = repro_table(cells[is_repro], settings)
     marked = cells[cells["stale"].fillna(False).astype(bool)] if "stale" in cells else cells.iloc[:0]
     stale = list(zip(*columns(marked, "id", "status"), strict=True))  # standalone repros too: rerun --stale takes them
-    summary = _summary(columned, matrix, repros, column_settings, stale)
+    pairs = table_scope(classified, settings)
+    summary = _summary(columned, matrix, repros, column_settings, stale, pairs)
     texts = {
         "cells.csv": csv_text(cells_table(classified, settings)),
         "matrix.csv": csv_text(matrix),
@@ -53,7 +54,7 @@ def make_tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) 
 
 
 def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, settings: Settings,
-             stale: list[tuple[str, str]]) -> Summary:
+             stale: list[tuple[str, str]], pairs: set[tuple[str | None, str]]) -> Summary:
     md: dict[str, dict[str, str]] = {}
     html: dict[str, dict[str, str]] = {}
     names = list(matrix.columns)
@@ -68,11 +69,13 @@ def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, se
     new = cells[cells[flag_column(NEW)]]
     for error, cell, log in zip(*columns(new, "new_error", "id", "log"), strict=True):
         new_failures.setdefault(str(error), []).append((cell, log))
-    failure_rows, policy_line = summarize(matrix, cells, settings)
+    repro_rows = frozenset(str(row) for row in repros["row"].tolist())  # a row whose repro ran here stays
+    failure_rows, policy_line, left_out = summarize(matrix, cells, settings, pairs, repro_rows)
     return Summary(
         policies=policies, gpus=gpus, md=md, html=html, records=len(cells),
         newest=max((s for s in cells["ended_at"].tolist() if isinstance(s, str)), default=""),
         new_failures=list(new_failures.items()), failure_rows=failure_rows, policy_line=policy_line,
+        rows_left_out=left_out_text(left_out, pairs, settings),
         builds=build_versions(cells, settings), gpu_versions=gpu_versions(cells, settings),
         repros=repros.to_dict("records"), cells=cells.head(render_html.MAX_CELL_ROWS),
         undecided=list(zip(*columns(cells[(cells["outcome"] == "undecided") & ~cells["stale"]], "id", "reason",

@@ -49,8 +49,10 @@ NASTY = ('RuntimeError: bad | pipe `tick` <b>bold</b> & *star* [link](x) $x$ say
 
 
 def put(out: Path, cell: str, status: str = "passed", **fields) -> None:
+    """The cell's record, replacing the one it had (write_record keeps a settled record of the same attempt)."""
     policy, gpu, torch = cell.split("/")
     fields.setdefault("exporter", "lerobot_cuda")
+    (cell_dir(out, cell) / "record.json").unlink(missing_ok=True)
     write_record(cell_dir(out, cell), Record(cell=cell, policy=policy, gpu=gpu, torch=torch, status=status, **fields))
 
 
@@ -260,6 +262,53 @@ def test_slow_mark_and_its_threshold(tmp_path: Path) -> None:
     assert collect(tmp_path, "collect.slow_below=1.5", matrix="matrix.policies=[fineart_vla]") == 0
     assert table_line(tmp_path, "fineart_vla") == \
         "| fineart_vla | ✅ 0.022 / 0.075 · slow 0.80× | ✅ 0.022 / 0.075 · slow 1.20× |"
+
+
+def test_a_cuda_row_describes_only_cuda_cells(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """issue 44 item 2: row 1 (the CUDA backend's Triton kernels) names only the CUDA exporters, so the CPU lane's
+    slow act is listed as slow with no row; below a CPU-only table the rows no cell of it could hit are left out,
+    in one line; a GPU-specific row (2: the A100) does not take an H100 cell's message."""
+    cpu = {"exporter": "executorch_cpu", "diff": 1e-6, "tol": 1e-3}
+    passed(tmp_path, "act/cpu/local", speedup=0.1, eager_ms=80.0, exported_ms=800.0, **cpu)
+    passed(tmp_path, "diffusion/cpu/local", speedup=3.2, **cpu)
+    assert main(["collect", f"out_dir={tmp_path}"]) == 0  # the smoke matrix: the CPU lane
+    md = (tmp_path / "matrix.md").read_text()
+    assert table_line(tmp_path, "act") == "| act | ✅ 1e-06 / 0.001 · slow 0.10× |"
+    assert "Policy to failure: none." in md
+    assert {r["id"]: r["failures"] for r in csv.DictReader(io.StringIO((tmp_path / "cells.csv").read_text()))} == \
+        {"act/cpu/local": "", "diffusion/cpu/local": ""}
+    shown = re.findall(r"^\| ([\w]+) \| .* \| none yet \|", md, re.M)
+    assert shown == ["6", "7", "8", "data_dependent", "missing_package", "needs_hub", "rng_in_program"]
+    assert ("Not shown: 11 catalog rows (1, 2, 3, 4, 5, conv_no_choice, detach_copy, multinomial, not_one_delegate, "
+            "sdpa_bf16_only, split_copy) that describe only other exporters or GPUs than this table's "
+            "(executorch_cpu on CPU; failures.yaml's exporters and gpus).") in md.splitlines()
+    # the same slowness through a CUDA exporter is row 1; row 2's message on the H100 is no row 2
+    passed(tmp_path, "act/h100/stock", speedup=0.5)
+    put(tmp_path, "pi0/h100/stock", "failed", error=SEED_MESSAGES["2"])
+    put(tmp_path, "pi0/a100/stock", "failed", error=SEED_MESSAGES["2"])
+    assert main(["collect", f"out_dir={tmp_path}", "matrix=tracking", "matrix.policies=[act,pi0]",
+                 "matrix.torch=[stock]", "matrix.gpus=[h100,a100,cpu]", "matrix.include=[{gpu: cpu, torch: local}]"]
+                ) == 0
+    got = rows(tmp_path)
+    assert [got[cell]["failures"] for cell in (("act", "cpu"), ("act", "h100"), ("pi0", "h100"), ("pi0", "a100"))] \
+        == ["", "1", "new", "2"]
+    assert "Not shown" not in (tmp_path / "matrix.md").read_text()
+
+
+def test_a_catalog_entrys_exporters_and_gpus_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    passed(tmp_path / "out", "act/h100/stock", speedup=0.5)
+    write(tmp_path / "conf" / "failures.yaml", "1: {exporters: lerobot_cuda, gpus: [h10]}\n")
+    assert main(["collect", "--config-dir", str(tmp_path / "conf"), f"out_dir={tmp_path / 'out'}"]) == 0
+    err = capsys.readouterr().err
+    assert ("export-matrix: warning: failures.yaml: failure 1 names gpu h10, which no config has (valid: a100, cpu, "
+            "h100, h200): no cell of it can hit that entry\n") in err
+    assert rows(tmp_path / "out")[("act", "h100")]["failures"] == ""
+    write(tmp_path / "conf" / "failures.yaml", "1: {exporters: null, gpus: [h100]}\n")  # null: any exporter
+    assert main(["collect", "--config-dir", str(tmp_path / "conf"), f"out_dir={tmp_path / 'out'}"]) == 0
+    assert rows(tmp_path / "out")[("act", "h100")]["failures"] == "1"
+    write(tmp_path / "conf" / "failures.yaml", "1: {exporters: [], gpus: [h100]}\n")
+    assert main(["collect", "--config-dir", str(tmp_path / "conf"), f"out_dir={tmp_path / 'out'}"]) == 2
+    assert capsys.readouterr().err.strip().endswith("failure 1: exporters must be a non-empty list of names, not []")
 
 
 def test_catalog_matches_the_seed_messages_with_other_numbers() -> None:
