@@ -145,8 +145,8 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
         print(f"up to date: {done.records} records, {', '.join(OUTPUTS)}" + (f", {into}" if into else ""),
               file=sys.stderr)
         return 0
-    previous = changes_md.read_previous(out_dir / "matrix.csv")  # before the new matrix.csv replaces it
-    text = changes_md.render(changes_md.changes(previous, done.matrix, done.settings))
+    previous = changes_md.read_previous(out_dir / "cells.csv")  # before the new cells.csv replaces it
+    text = changes_md.render(changes_md.changes(previous, done.cells, done.matrix, done.settings))
     for name, content in {**done.texts, CHANGES: text}.items():
         if _stale(out_dir / name, content):  # a rerun leaves most outputs as they were
             write_bytes_atomic(out_dir / name, content.encode())

@@ -1,5 +1,7 @@
-"""changes.md: what changed since the previous collect's matrix.csv: symbols that flipped, failure ids that
-came or went, new errors no catalog entry knows, margins that moved by more than `collect.margin_move`.
+"""changes.md: what changed since the previous collect, cell by cell (policy, GPU and build), whatever the table's
+layout (`table.by`): symbols that flipped, failure ids that came or went, new errors no catalog entry knows,
+margins that moved by more than `collect.margin_move`. The previous state is the previous collect's cells.csv,
+one row per cell in either layout, so switching the layout changes nothing here.
 """
 
 from __future__ import annotations
@@ -7,56 +9,92 @@ from __future__ import annotations
 from collections import namedtuple
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from ..record import UNFINISHED, UNREADABLE
 from .catalog import NEW, id_key
 from .failure_summary import named_rows
 from .render_md import md_text, num
+from .rules import SYMBOLS
 from .settings import Settings
 
-KEYS = ["policy", "gpu"]
+KEYS = ["policy", "gpu", "torch"]
 SYMBOL_ORDER = ("✅", "🟡", "❌", "⏸", "⏳", "—", "⚠️")
+STATE_COLUMNS = [*KEYS, "symbol", "failures", "new_error", "margin"]
 
 
-_Row = namedtuple("_Row", ["policy", "gpu", "state", "symbol", "symbol_was", "failures", "failures_was",
+_Row = namedtuple("_Row", ["policy", "gpu", "torch", "state", "symbol", "symbol_was", "failures", "failures_was",
                            "new_error", "new_error_was", "margin", "margin_was"])
 
 
 def read_previous(path: Path) -> pd.DataFrame | None:
-    """The matrix.csv a previous collect wrote, or None."""
+    """The cell states of the cells.csv a previous collect wrote, or None."""
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
         return None
-    return frame.assign(**{c: "" for c in ("symbol", "failures", "margin", "new_error", *KEYS) if c not in frame})
+    return cell_states(frame)
 
 
-def changes(previous: pd.DataFrame | None, matrix: pd.DataFrame, settings: Settings) -> list[str]:
-    """One line per change, in table order; [] when nothing changed."""
+def cell_states(cells: pd.DataFrame) -> pd.DataFrame:
+    """Each cell's symbol (what its column would show were it the only build: ✅ a stock pass, 🟡 a patched one,
+    ❌ a verdict that failed, ⏸ undecided, ⏳ unfinished, ⚠️ unreadable), failure ids, new error and margin, from
+    cells.csv's columns: the new collect's frame or the previous one's text."""
+    cells = cells.assign(**{c: "" for c in ("id", "status", "outcome", "stock", "failures", "error", "failed_step",
+                                            "margin") if c not in cells})
+    if not len(cells):
+        return pd.DataFrame(columns=STATE_COLUMNS)
+    status = cells["status"].fillna("").astype(str)
+    outcome = cells["outcome"].fillna("").astype(str)
+    stock = cells["stock"].astype(str).str.lower() == "true"
+    passed = status == "passed"
+    symbol = np.select([passed & stock, passed, status.isin(UNFINISHED), status == UNREADABLE,
+                        outcome == "undecided", outcome == "verdict"],
+                       [SYMBOLS[k] for k in ("pass", "patched", "running", "unreadable", "undecided", "fail")],
+                       SYMBOLS["missing"])
+    failures = cells["failures"].fillna("").astype(str)
+    new_errors = []
+    for ids, error, state, step in zip(failures.tolist(), cells["error"].tolist(), status.tolist(),
+                                       cells["failed_step"].tolist(), strict=True):
+        if NEW not in ids.split():
+            new_errors.append("")
+            continue
+        line = str(error).strip().split("\n")[0].strip() if isinstance(error, str) else ""  # as rules.py has it
+        new_errors.append(line or f"status {state}" + (f" in step {step}" if isinstance(step, str) and step else ""))
+    ids = cells["id"].astype(str).str.split("/", n=2)
+    return pd.DataFrame({"policy": ids.str[0], "gpu": ids.str[1], "torch": ids.str[2], "symbol": symbol,
+                         "failures": failures, "new_error": new_errors,
+                         "margin": pd.to_numeric(cells["margin"], errors="coerce")}, index=cells.index)
+
+
+def changes(previous: pd.DataFrame | None, cells: pd.DataFrame, matrix: pd.DataFrame,
+            settings: Settings) -> list[str]:
+    """One line per change of a cell (cells: the new cells.csv frame, in table order); [] when nothing changed."""
     if previous is None:
         counts = matrix["symbol"].value_counts()
         summary = ", ".join(f"{counts[s]} {s}" for s in SYMBOL_ORDER if s in counts)
         return [f"first collect: {len(matrix)} table cells (policy × column) ({summary or 'none'})"]
-    now = matrix.astype({"failures": str}).fillna({"failures": "", "new_error": ""}).assign(order=range(len(matrix)))
+    now = cell_states(cells).assign(order=range(len(cells)))
     merged = now.merge(previous, on=KEYS, how="outer", suffixes=("", "_was"), indicator="state")
     merged = merged.sort_values("order", kind="stable", na_position="last")  # table order; dropped cells last
-    merged = merged.assign(**{c: pd.to_numeric(merged[c], errors="coerce") for c in ("margin", "margin_was")})
     lines = []
     for row in named_rows(merged, _Row):
-        where = f"{row.policy} on {settings.gpu_short(row.gpu)}"
+        where = f"{row.policy} on {settings.gpu_short(row.gpu)}/{row.torch}"
         if row.state == "right_only":
             lines.append(f"{where}: no longer collected (was {row.symbol_was})")
             continue
-        was_symbol = row.symbol_was if row.state == "both" else "—"
+        both = row.state == "both"
+        was_symbol = row.symbol_was if both else SYMBOLS["missing"]
         if row.symbol != was_symbol:
             lines.append(f"{where}: {was_symbol} → {row.symbol}")
-        was = set(str(row.failures_was).split()) - {NEW} if row.state == "both" else set()
+        was = set(str(row.failures_was).split()) - {NEW} if both else set()
         ids = set(str(row.failures).split()) - {NEW}  # a new error is its own line, below
         if ids - was:
             lines.append(f"{where}: new failure {' '.join(sorted(ids - was, key=id_key))}")
         if was - ids:
             lines.append(f"{where}: no longer fails with {' '.join(sorted(was - ids, key=id_key))}")
-        error, was_error = str(row.new_error or ""), str(row.new_error_was or "") if row.state == "both" else ""
+        error, was_error = str(row.new_error or ""), str(row.new_error_was or "") if both else ""
         if error and error != "nan" and error != was_error:
             lines.append(f"{where}: new error no catalog entry knows: {error}")
         if abs(row.margin - row.margin_was) > settings.margin_move:  # False where either is missing (NaN)

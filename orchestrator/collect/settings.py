@@ -44,4 +44,7 @@ class Settings:
         if gpu in self.gpu_shorts:
             return self.gpu_shorts[gpu]
         label = self.gpu_labels.get(gpu)
+        if not label and "@" in gpu:  # a split column's key (columns.py) the settings do not hold: as they would
+            name, _, build = gpu.partition("@")
+            return f"{self.gpu_short(name)}/{build}"
         return label.split()[0] if label else gpu.upper()

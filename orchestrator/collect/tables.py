@@ -23,6 +23,7 @@ class Tables:
     """A collect's outputs before they are written."""
 
     matrix: pd.DataFrame  # one row per policy x gpu (matrix.csv)
+    cells: pd.DataFrame  # one row per cell, in table order (cells.csv): what changes.md compares
     texts: dict[str, str]  # file name -> its text
     records: int  # the cells collected, standalone repros included
     settings: Settings  # with the matrix's columns (columns.py), for changes.md
@@ -43,14 +44,15 @@ def make_tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) 
     stale = list(zip(*columns(marked, "id", "status"), strict=True))  # standalone repros too: rerun --stale takes them
     pairs = table_scope(classified, settings)
     summary = _summary(columned, matrix, repros, column_settings, stale, pairs)
+    cell_rows = cells_table(classified, settings)
     texts = {
-        "cells.csv": csv_text(cells_table(classified, settings)),
+        "cells.csv": csv_text(cell_rows),
         "matrix.csv": csv_text(matrix),
         "repros.csv": csv_text(repros),
         "matrix.md": render_md.render(summary, column_settings),
         "report.html": render_html.render(summary, column_settings),
     }
-    return Tables(matrix, texts, len(cells), column_settings)
+    return Tables(matrix, cell_rows, texts, len(cells), column_settings)
 
 
 def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, settings: Settings,

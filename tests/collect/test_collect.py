@@ -193,8 +193,8 @@ def test_changes_since_the_previous_collect(reruns: dict) -> None:
     assert "- first collect: 6 table cells (policy × column) (3 ❌, 3 —)" in reruns["first"]
     changes = (reruns["out"] / "changes.md").read_text()
     assert changes == reruns["second"]
-    assert "- wall\\_x on A100: ❌ → 🟡" not in changes  # names are not escaped inside words
+    assert "- wall\\_x on A100/pr202785: ❌ → 🟡" not in changes  # names are not escaped inside words
     lines = changes.splitlines()
-    assert "- wall_x on A100: ❌ → 🟡" in lines
-    assert "- wall_x on A100: margin 1.27 → 0.293" in lines
+    assert "- wall_x on A100/pr202785: ❌ → 🟡" in lines
+    assert "- wall_x on A100/pr202785: margin 1.27 → 0.293" in lines
     assert not any("cosmos3" in line or "xvla" in line for line in lines)

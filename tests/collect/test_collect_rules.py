@@ -538,15 +538,40 @@ def test_changes_md(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert collect(tmp_path, matrix="matrix.policies=[act,diffusion]") == 0
     printed = capsys.readouterr().out
     assert printed == (tmp_path / "changes.md").read_text()
-    assert printed.splitlines()[2:] == [
-        "- act on H100: ❌ → 🟡",
-        "- act on A100: margin 0.133 → 0.667",
-        "- diffusion on A100: — → ❌",
-        "- diffusion on A100: new error no catalog entry knows: OSError: disk full",
+    assert printed.splitlines()[2:] == [  # cell by cell: the table's act on H100 went ❌ -> 🟡 by its pr202785
+        "- act on H100/pr202785: — → 🟡",
+        "- act on A100/stock: margin 0.133 → 0.667",
+        "- diffusion on A100/stock: — → ❌",
+        "- diffusion on A100/stock: new error no catalog entry knows: OSError: disk full",
     ]
     passed(tmp_path, "act/a100/stock", diff=0.01)
     assert collect(tmp_path, "collect.margin_move=0.6", matrix="matrix.policies=[act,diffusion]") == 0
     assert capsys.readouterr().out.endswith("Nothing changed.\n")
+
+
+def test_changes_compare_cells_whatever_the_layout(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """issue 44 item 3: switching table.by lists no change; a change is named the same way in both layouts."""
+    put(tmp_path, "act/h100/stock", "failed", error=ROW7)
+    put(tmp_path, "act/h100/pr202785", "failed", error=ROW7)
+    passed(tmp_path, "act/a100/stock")
+    passed(tmp_path, "act/cpu/local", exporter="executorch_cpu", diff=1e-6, tol=1e-3)
+    layouts = {"gpu": [], "build": ["table.by=build"]}
+    assert collect(tmp_path, *layouts["build"]) == 0
+    assert {gpu for _, gpu in rows(tmp_path)} == {"h100@stock", "h100@pr202785", "a100@stock", "cpu@local"}
+    for by in ("gpu", "build", "gpu"):
+        capsys.readouterr()
+        assert collect(tmp_path, *layouts[by]) == 0
+        assert capsys.readouterr().out == "Changes since the previous collect:\n\nNothing changed.\n", by
+    for by, diff in (("build", 0.03), ("gpu", 0.06)):  # the next change, in the other layout
+        passed(tmp_path, "act/h100/pr202785", diff=diff)
+        assert collect(tmp_path, *layouts[by]) == 0
+        lines = capsys.readouterr().out.splitlines()[2:]
+        assert lines == (["- act on H100/pr202785: ❌ → 🟡", "- act on H100/pr202785: no longer fails with 7"]
+                         if by == "build" else ["- act on H100/pr202785: margin 0.4 → 0.8"]), by
+    assert table_line(tmp_path, "act").startswith("| act | 🟡 #202785 · 0.06 / 0.075 | ✅ 0.022 / 0.075 |")
+    (tmp_path / "cells" / "act" / "cpu").rename(tmp_path / "gone")
+    assert collect(tmp_path, *layouts["build"]) == 0
+    assert capsys.readouterr().out.splitlines()[2:] == ["- act on CPU/local: no longer collected (was ✅)"]
 
 
 def test_no_records_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
