@@ -22,7 +22,7 @@ from .changes import SYMBOL_ORDER
 from .columns import BY
 from .records import REPRO_EXPORTER, load_records
 from .settings import DEFAULTS, Settings
-from .splice import splice_file
+from .splice import END, START, splice_file
 from .stale import stale_cells
 from .tables import make_tables
 
@@ -137,7 +137,7 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     original, spliced = splice_file(into, done.texts["matrix.md"]) if into is not None else (b"", b"")
     if check:
         stale = [name for name in OUTPUTS if _stale(out_dir / name, done.texts[name])]
-        stale += [str(into)] if original != spliced else []
+        stale += [f"{into} (missing)" if original is None else str(into)] if original != spliced else []
         if stale:
             print(f"export-matrix: out of date with the {done.records} records under {out_dir}/cells: "
                   f"{', '.join(stale)} (run collect without --check)", file=sys.stderr)
@@ -152,6 +152,9 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
             write_bytes_atomic(out_dir / name, content.encode())
     if original != spliced:
         write_bytes_atomic(into, spliced)
+    if original is None:
+        print(f"created {into}: the table between its {START} and {END} lines, which later collects replace; "
+              "text outside them is kept", file=sys.stderr)
     print(text, end="")
     counts = Counter(done.matrix["symbol"].tolist())
     print(f"collected {done.records} records into {len(done.matrix)} table cells (policy × column) "

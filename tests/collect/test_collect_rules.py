@@ -487,6 +487,35 @@ def test_into_replaces_only_between_the_markers(tmp_path: Path) -> None:
         assert target.read_bytes() == new  # idempotent
 
 
+def test_into_a_file_that_does_not_exist_creates_it_with_the_markers(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    """issue 44 item 5: `--into FILE` creates a missing FILE holding the two marker lines and the table between
+    them (later collects replace only that part); --check calls it missing; a missing folder is one line."""
+    out = tmp_path / "out"
+    passed(out, "act/h100/stock")
+    target = tmp_path / "tracking-issue.md"
+    assert collect(out, "--check", "--into", str(target)) == 1
+    assert f"{target} (missing) (run collect without --check)" in capsys.readouterr().err
+    assert not target.exists()
+    assert collect(out, "--into", str(target)) == 0
+    table = (out / "matrix.md").read_text()
+    assert target.read_text() == f"<!-- export-matrix:start -->\n{table}<!-- export-matrix:end -->\n"
+    assert (target.stat().st_mode & 0o777) == 0o644
+    assert (f"created {target}: the table between its <!-- export-matrix:start --> and <!-- export-matrix:end --> "
+            "lines") in capsys.readouterr().err
+    write(target, "# Tracking\n\n" + target.read_text() + "\nNotes of mine.\n")
+    passed(out, "act/a100/stock")
+    assert collect(out, "--into", str(target)) == 0 and collect(out, "--check", "--into", str(target)) == 0
+    table = (out / "matrix.md").read_text()
+    assert target.read_text() == ("# Tracking\n\n<!-- export-matrix:start -->\n"
+                                  f"{table}<!-- export-matrix:end -->\n\nNotes of mine.\n")
+    capsys.readouterr()
+    assert collect(out, "--into", str(tmp_path / "nowhere" / "t.md")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--into {tmp_path}/nowhere/t.md: no folder {tmp_path}/nowhere to create it in" \
+        in err
+
+
 def test_into_without_markers_fails_before_writing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "out"
     passed(out, "act/h100/stock")
