@@ -60,6 +60,39 @@ def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
     return plain
 
 
+def _here(path: Path | str) -> str:
+    """A path as the printed commands give it: relative to the current folder where it is inside it (an absolute
+    path there names this machine's folders), else as given."""
+    given = Path(path).expanduser()
+    if given.is_absolute():
+        try:
+            return str(given.relative_to(Path.cwd())) or "."
+        except ValueError:
+            pass
+    return str(path)
+
+
+def _pasteable(overrides: list[str], config_dir: Path | None) -> list[str]:
+    """The overrides as a printed command carries them: `out_dir=` left out where it is the default out_dir, else
+    relative to the current folder where it is inside it."""
+    from ..cli import out_dir_only
+    from ..config_cache import composed_out_dir
+
+    out = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "out_dir" and value and "${" not in value:
+            try:
+                default = composed_out_dir(out_dir_only([]), config_dir)
+            except ConfigError:
+                default = None
+            if default is not None and Path(value).expanduser().resolve() == default.expanduser().resolve():
+                continue
+            override = f"{key}={_here(value)}"
+        out.append(override)
+    return out
+
+
 def _group(override: str) -> str:
     """The config key an override sets, to its first dot: `matrix` for `matrix.gpus=[h100]`."""
     return override.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
@@ -114,9 +147,10 @@ def run_collect(overrides: list[str], config_dir: Path | None, into: Path | None
     settings, plain = kept_settings(overrides, config_dir)
     for line in settings.catalog.unknown_names(plain["options"]["exporter"], plain["options"]["gpu"]):
         print(f"export-matrix: warning: {CATALOG_NAME}: {line}", file=sys.stderr)
-    settings.rerun_args = [*(["--config-dir", str(config_dir)] if config_dir else []),
-                           *(o for o in overrides if _group(o) in ("matrix", "out_dir"))]
-    settings.stale_args = [*(["--config-dir", str(config_dir)] if config_dir else []), *overrides]
+    pasted = _pasteable(overrides, config_dir)  # the commands matrix.md prints go into a public issue
+    settings.rerun_args = [*(["--config-dir", _here(config_dir)] if config_dir else []),
+                           *(o for o in pasted if _group(o) in ("matrix", "out_dir"))]
+    settings.stale_args = [*(["--config-dir", _here(config_dir)] if config_dir else []), *pasted]
     out_dir = settings.out_dir
     if not (out_dir / "cells").is_dir() and not settings.expected:
         raise ConfigError(f"no records: {out_dir}/cells/ does not exist (out_dir={out_dir})")

@@ -116,10 +116,13 @@ class Summary:
 
 def rerun_commands(undecided: list[tuple[str, str, str]], settings: Settings) -> list[str]:
     """The commands that run the undecided cells again: collect's config dir, matrix and out_dir, and each
-    cell's exporter (a rerun composes its config from its own overrides, as a sweep does), one per exporter."""
+    cell's exporter where it is not the one the cell gets by default (a rerun composes its config from its own
+    overrides, as a sweep does), one command per exporter."""
     by_exporter: dict[str, list[str]] = defaultdict(list)
     for cell, _, exporter in undecided:
-        by_exporter[exporter if isinstance(exporter, str) else ""].append(cell)  # a missing one reads NaN
+        policy, gpu, _ = cell.split("/", 2)
+        redundant = not isinstance(exporter, str) or exporter == settings.default_exporter(policy, gpu)
+        by_exporter["" if redundant else exporter].append(cell)  # a missing one reads NaN
     return [shlex.join(["export-matrix", "rerun", *cells, *settings.rerun_args,
                         *([f"exporter={exporter}"] if exporter else [])]) for exporter, cells in by_exporter.items()]
 

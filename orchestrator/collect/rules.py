@@ -130,6 +130,18 @@ def _reasons(df: pd.DataFrame) -> list[str]:
     return reasons
 
 
+def error_cause(error: object, limit: int = 160) -> str:
+    """The cause an error record holds, in one short line for the undecided list: the last `Caused by:` of a
+    chained message (uv's, cargo-style), without a leading `[setup]` or a trailing `(log: /path/on/this/host)`."""
+    if not isinstance(error, str):
+        return ""
+    text = " ".join(error.split())
+    text = re.sub(r"\s*\(log: [^()]*\)$", "", re.sub(r"^\[[\w-]+\]\s*", "", text))
+    if "Caused by:" in text:
+        text = text.rsplit("Caused by:", 1)[1].strip()
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _straddling(df: pd.DataFrame, history: pd.DataFrame) -> pd.Index:
     """Cells whose runs (this one and earlier attempts) landed on both sides of the tolerance."""
     checks = pd.concat([df.loc[df["id"].isin(history["id"]), ["id", "max_diff", "tolerance"]],

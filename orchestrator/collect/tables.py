@@ -14,7 +14,7 @@ from .catalog import NEW, flag_column
 from .columns import by_build
 from .failure_summary import columns, left_out_text, summarize, table_scope
 from .render_md import Summary, build_versions, cell_text, gpu_versions, md_text
-from .rules import build_matrix, cells_table, classify_cells, repro_table
+from .rules import build_matrix, cells_table, classify_cells, error_cause, repro_table
 from .settings import Settings
 
 
@@ -80,6 +80,17 @@ def _summary(cells: pd.DataFrame, matrix: pd.DataFrame, repros: pd.DataFrame, se
         rows_left_out=left_out_text(left_out, pairs, settings),
         builds=build_versions(cells, settings), gpu_versions=gpu_versions(cells, settings),
         repros=repros.to_dict("records"), cells=cells.head(render_html.MAX_CELL_ROWS),
-        undecided=list(zip(*columns(cells[(cells["outcome"] == "undecided") & ~cells["stale"]], "id", "reason",
-                                    "exporter"), strict=True)),  # a stale one is rerun with the stale ones
+        undecided=_undecided(cells[(cells["outcome"] == "undecided") & ~cells["stale"]]),  # a stale one is rerun
+        # with the stale ones
         stale=stale)
+
+
+def _undecided(cells: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(cell id, why, exporter) of the cells nothing judged: why is the reason, and for one the orchestrator could
+    not run (env build, setup) the cause its record holds (`env build failed: Could not resolve host: ...`)."""
+    out = []
+    for cell, reason, exporter, status, error in zip(*columns(cells, "id", "reason", "exporter", "status", "error"),
+                                                     strict=True):
+        cause = error_cause(error) if status == "error" else ""
+        out.append((cell, f"{reason}: {cause}" if cause else reason, exporter))
+    return out

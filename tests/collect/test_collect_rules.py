@@ -122,12 +122,43 @@ def test_an_outcome_that_decides_nothing_is_undecided(tmp_path: Path, status: st
     assert f"- pi05/h100/stock: {reason}" in text
     retry = re.search(r"Retry them: `([^`]*)`", text).group(1)
     assert retry == (f"export-matrix rerun pi05/h100/pr202785 pi05/h100/stock out_dir={tmp_path} matrix=tracking "
-                     "'matrix.policies=[pi05]' 'matrix.torch=[stock,pr202785]' exporter=lerobot_cuda")
+                     "'matrix.policies=[pi05]' 'matrix.torch=[stock,pr202785]'")  # lerobot_cuda: the H100's own
     argv = shlex.split(retry)[2:]  # what rerun selects with these ids and overrides: the cells, their exporter
     overrides = [a for a in argv if "=" in a]
     specs = select(tmp_path, [a for a in argv if "=" not in a], False, False, overrides, None)
     assert [(s.id, s.exporter) for s in specs] == [("pi05/h100/pr202785", "lerobot_cuda"),
                                                    ("pi05/h100/stock", "lerobot_cuda")]
+
+
+def test_an_env_failure_keeps_its_cause_and_the_retry_command_pastes_anywhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 44 item 10: `⏸ env build failed` keeps the record's cause in the undecided list (one short line, no
+    path of this host); the Retry command has no absolute out_dir (left out where it is the default, relative to
+    the current folder inside it) and no exporter= where it is the cells' default exporter."""
+    monkeypatch.chdir(tmp_path)
+    dns = ("uv pip failed: error: Failed to fetch: `https://pypi.org/simple/torch/`\n  Caused by: Could not resolve "
+           "host: pypi.org (log: /home/me/envs/stock-1a2b.log)")
+    matrix = ["matrix=tracking", "'matrix.policies=[pi05]'", "'matrix.torch=[stock,pr202785]'"]
+    for out, given in ((tmp_path / "matrix_out", []), (tmp_path / "runs" / "dec", ["out_dir=runs/dec"])):
+        put(out, "pi05/h100/stock", "error", failed_step="env", error=dns)
+        put(out, "pi05/a100/stock", "error", failed_step="env", error=dns, exporter="executorch_cuda")
+        assert collect(out, matrix="matrix.policies=[pi05]") == 0  # out_dir=<absolute path>
+        md = (out / "matrix.md").read_text()
+        assert table_line(out, "pi05") == "| pi05 | ⏸ env build failed | ⏸ env build failed |"
+        assert "- pi05/h100/stock: env build failed: Could not resolve host: pypi.org\n" in md
+        assert "env build failed: Could not resolve host: pypi.org</li>" in (out / "report.html").read_text()
+        assert "/home/me" not in md and str(tmp_path) not in md
+        retries = re.findall(r"`(export-matrix rerun [^`]*)`", md)
+        assert retries == [
+            " ".join(["export-matrix rerun pi05/a100/stock", *given, *matrix, "exporter=executorch_cuda"]),
+            " ".join(["export-matrix rerun pi05/h100/stock", *given, *matrix])]
+        for retry in retries:  # each selects its cells with the exporter they ran with, from the same folder
+            argv = shlex.split(retry)[2:]
+            specs = select(out, [a for a in argv if "=" not in a], False, False, [a for a in argv if "=" in a], None)
+            assert [(s.id, s.exporter, s.cell_dir) for s in specs] == \
+                [(c, e, (Path.cwd() / Path(given[0][8:] if given else "matrix_out") / "cells" / c).resolve())
+                 for c, e in ([("pi05/a100/stock", "executorch_cuda")] if "a100" in retry
+                              else [("pi05/h100/stock", "lerobot_cuda")])]
 
 
 def test_an_export_no_runtime_could_run_is_undecided_a_checked_mismatch_is_not(tmp_path: Path) -> None:
