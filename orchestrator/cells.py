@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import Composed, ConfigError, axis_list, number, selected, to_plain
 from .envs import EnvRecipe, is_recipe, recipe_of
-from .fingerprint import env_identity, fingerprint
+from .fingerprint import GPU_NEEDS, env_identity, fingerprint
 from .schema import AXES, check_axis, typed_launcher
 from .spec import CellSpec
 
@@ -108,6 +108,7 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
                 requires_cuda=bool(exporter.get("requires_cuda")),
                 repeat=repeat,
                 tolerance=None if policy.get("tolerance") is None else float(policy["tolerance"]),
+                gpu_needs={k: str(gpu[k]) for k in GPU_NEEDS if gpu.get(k)},
             )
         )
     return specs

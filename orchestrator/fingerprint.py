@@ -29,8 +29,20 @@ def installed_identity(python: str, found: dict[str, Any]) -> dict[str, Any]:
             "freeze": hashlib.sha256(json.dumps(found.get("freeze")).encode()).hexdigest()[:16]}
 
 
+GPU_NEEDS = ("capability", "name")  # a gpu config's requirements: checked where a job runs, not what it ran
+
+
+def _keyed(configs: Any) -> Any:
+    """The configs as the keys hash them: a gpu config's requirements left out, so adding or tightening a check
+    does not make every record of the column stale (a record made on the wrong GPU says so itself)."""
+    gpu = configs.get("gpu") if isinstance(configs, dict) else None
+    if not isinstance(gpu, dict) or not any(k in gpu for k in GPU_NEEDS):
+        return configs
+    return {**configs, "gpu": {k: v for k, v in gpu.items() if k not in GPU_NEEDS}}
+
+
 def fingerprint(configs: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
-    blob = json.dumps({"configs": configs, "env": env}, sort_keys=True, default=str)
+    blob = json.dumps({"configs": _keyed(configs), "env": env}, sort_keys=True, default=str)
     return {"key": hashlib.sha256(blob.encode()).hexdigest()[:16], "config_key": config_key(configs, env),
             "configs": configs, "env": env}
 
@@ -40,5 +52,5 @@ def config_key(configs: dict[str, Any], env: dict[str, Any] | None) -> str:
     (its digest and patches), not the distributions of an interpreter we did not build, which only the machine
     that has it can read. collect compares this: it may run where the sweep's environments are not."""
     built = env if isinstance(env, dict) and "recipe" in env else None
-    blob = json.dumps({"configs": configs, "env": built}, sort_keys=True, default=str)
+    blob = json.dumps({"configs": _keyed(configs), "env": built}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

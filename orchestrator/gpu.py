@@ -1,7 +1,9 @@
-"""What NVML says about the GPU a job runs on, without torch: name, capability, driver and peak memory."""
+"""What NVML says about the GPU a job runs on, without torch: name, capability, driver, UUID and peak memory,
+and whether it is the GPU its column wants."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import threading
 from typing import Any
@@ -29,10 +31,54 @@ def describe() -> dict[str, Any]:
     handle = pynvml.nvmlDeviceGetHandleByIndex(_first_index())
     major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
     return {
-        "gpu_name": pynvml.nvmlDeviceGetName(handle),
+        "gpu_name": _text(pynvml.nvmlDeviceGetName(handle)),
         "gpu_capability": f"sm_{major}{minor}",
-        "gpu_driver": pynvml.nvmlSystemGetDriverVersion(),
+        "gpu_driver": _text(pynvml.nvmlSystemGetDriverVersion()),
     }
+
+
+def count() -> int:
+    """The GPUs NVML sees on this machine; 0 without NVML or a driver."""
+    if not _init():
+        return 0
+    return int(pynvml.nvmlDeviceGetCount())
+
+
+def held() -> dict[str, Any]:
+    """The GPU this job was given (the first of CUDA_VISIBLE_DEVICES, what describe() and the peaks read): its
+    index, and its UUID, name and capability where NVML reads them; {} where the job was given none."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if not first:
+        return {}
+    found: dict[str, Any] = {"index": int(first)} if first.isdigit() else {"uuid": first}
+    if not first.isdigit() or not _init():
+        return found
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(int(first))
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        found.update(uuid=_text(pynvml.nvmlDeviceGetUUID(handle)), name=_text(pynvml.nvmlDeviceGetName(handle)),
+                     capability=f"sm_{major}{minor}")
+    except pynvml.NVMLError:  # an index NVML does not have: nothing read, nothing checked
+        pass
+    return found
+
+
+def wrong_gpu(column: str, needs: dict[str, Any], found: dict[str, Any]) -> str | None:
+    """Why the GPU found is not the one a column wants (`capability: sm_80`, `name: "*A100*"`, a glob on NVML's
+    name), as one line; None where it is, or where nothing was read (no NVML: nothing to compare)."""
+    if not needs or "name" not in found:
+        return None
+    wants = needs.get("capability")
+    if not wants or found.get("capability") == wants:
+        pattern = needs.get("name")
+        if not pattern or fnmatch.fnmatchcase(found["name"], pattern):
+            return None
+        wants = f"a GPU named {pattern}"
+    return f"wrong GPU ({found['name']}, {found.get('capability')}; the {column} column wants {wants})"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _first_index() -> int:

@@ -111,9 +111,13 @@ def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> Record:
     earlier = read_record(cell_dir)
     if earlier is not None and earlier.job_id and not record.job_id:
         record.job_id = earlier.job_id
-    if not write_record(cell_dir, record):  # the cell has moved on to a later attempt: this job is an orphan
-        print(f"[export-matrix] {spec.id}: attempt {attempt} was superseded; not running it", flush=True)
-        return read_record(cell_dir) or record
+    # Slurm running the same job again (a requeue) may start over an ending its earlier run wrote; nobody else may
+    requeued = requeues > 0 and earlier is not None and bool(record.job_id) and earlier.job_id == record.job_id
+    if not write_record(cell_dir, record, replaces_settled=requeued):  # an orphan: moved on, or settled
+        now_there = read_record(cell_dir)
+        print(f"[export-matrix] {spec.id}: attempt {attempt} was {_refused(now_there, attempt)}; not running it",
+              flush=True)
+        return now_there or record
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         _run_steps(spec, record, cell_dir)
@@ -130,9 +134,16 @@ def run_cell(spec: CellSpec, attempt: int = 1, requeues: int = 0) -> Record:
             signal.signal(sig, handler)
         record.ended_at = now()
         if not write_record(cell_dir, record):
-            print(f"[export-matrix] {spec.id}: attempt {attempt} was superseded while it ran; its result "
-                  f"({record.status}) is not recorded", flush=True)
+            print(f"[export-matrix] {spec.id}: attempt {attempt} was {_refused(read_record(cell_dir), attempt)} "
+                  f"while it ran; its result ({record.status}) is not recorded", flush=True)
     return record
+
+
+def _refused(current: Record | None, attempt: int) -> str:
+    """Why the cell's record refused this job's write: a later attempt, or this attempt already settled."""
+    if current is not None and current.attempt == attempt:
+        return f"settled ({current.status})"
+    return "superseded"
 
 
 def _interrupt(signum: int, _frame: Any) -> None:
@@ -144,6 +155,13 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
     timeout_s = spec.timeout_min * 60
     record.logs = {"export": EXPORT_LOG}
     record.failed_step = Step.SETUP
+    held = gpu.held() if spec.gpu_needs or spec.slurm.get("gres") else {}
+    record.gpu_index, record.gpu_uuid = held.get("index"), held.get("uuid")
+    wrong = gpu.wrong_gpu(spec.gpu, spec.gpu_needs, held)
+    if wrong:  # not the column's GPU: no make_random, no export, no verdict (an `error` is undecided)
+        record.versions = gpu.describe()
+        record.finish(Status.ERROR, Step.SETUP, wrong)
+        return
     record.versions = probe_versions(spec, env)
     cuda = record.versions.pop("cuda", None)
     if cuda is not None and not cuda.get("available"):

@@ -75,3 +75,62 @@ def stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    pgid: int
+    started: str  # /proc's start time: a pid reused by another process is not taken for this one
+
+
+def _stat(pid: int) -> tuple[int, Proc] | None:
+    """(parent pid, the process) from /proc/PID/stat; None where it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):  # a zombie has ended: nothing to stop
+        return None
+    return int(fields[1]), Proc(pid, int(fields[2]), fields[19])
+
+
+def process_tree(pid: int) -> list[Proc]:
+    """The process and every descendant it has now (one read of /proc): a job's controller, the job, its steps."""
+    parents: dict[int, list[Proc]] = {}
+    root = None
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        found = _stat(int(name))
+        if found is None:
+            continue
+        parents.setdefault(found[0], []).append(found[1])
+        if found[1].pid == pid:
+            root = found[1]
+    if root is None:
+        return []
+    tree, todo = [root], [root.pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            tree.append(child)
+            todo.append(child.pid)
+    return tree
+
+
+def kill_tree(procs: list[Proc]) -> None:
+    """SIGKILL what is left of these processes (still the same processes) and the process groups they lead (a
+    step started in its own session, with whatever it started since). Groups led from outside the tree (the
+    sweep's own, which its job controllers share) are never signalled as a whole."""
+    groups = {p.pid for p in procs if p.pid == p.pgid}
+    for proc in procs:
+        found = _stat(proc.pid)
+        if found is None or found[1].started != proc.started:
+            continue
+        try:
+            if proc.pgid in groups:
+                os.killpg(proc.pgid, signal.SIGKILL)
+            else:
+                os.kill(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -80,6 +80,8 @@ class Record:
     exported_ms: float | None = None
     speedup: float | None = None
     peak_gpu_mib: float | None = None  # NVML: the export's process group, sampled by the job
+    gpu_index: int | None = None  # the GPU the job was given (CUDA_VISIBLE_DEVICES), and its NVML UUID
+    gpu_uuid: str | None = None
     peak_gpu_phases: dict[str, float] = field(default_factory=dict)  # the exporter's own: export, run (MiB)
     check: str | None = None  # which check ran: executorch | aoti | none (embedded CUDA exporter)
     check_reason: str | None = None  # why not executorch (aoti), why nothing could run (none)
@@ -121,14 +123,21 @@ class Record:
 _FIELDS = frozenset(f.name for f in fields(Record))
 
 
-def write_record(cell_dir: Path, record: Record) -> bool:
-    """Write the record unless the cell has moved on to a later attempt: an orphaned job of attempt n (its sweep
-    killed, the cell run again) can never write over attempt n + 1. False where the write was refused."""
+def write_record(cell_dir: Path, record: Record, replaces_settled: bool = False) -> bool:
+    """Write the record unless the cell has moved on to a later attempt, or its attempt has settled: an orphaned
+    job of attempt n (its sweep killed, the cell run again) can never write over attempt n + 1, and a record that
+    ended (no longer `pending` or `running`) is final for its attempt, so a job that outlived the sweep that
+    settled it (`cancelled`, `killed`) cannot turn it into a verdict later. `replaces_settled`: the writer is
+    the authority on how the attempt ended (Slurm's accounting, a requeued run of the same Slurm job) and may
+    replace a settled record of the same attempt. False where the write was refused."""
     cell_dir.mkdir(parents=True, exist_ok=True)
     with cell_lock(cell_dir):
         current = read_record(cell_dir)
-        if current is not None and current.status != UNREADABLE and current.attempt > record.attempt:
-            return False
+        if current is not None and current.status != UNREADABLE:
+            if current.attempt > record.attempt:
+                return False
+            if current.attempt == record.attempt and current.status not in UNFINISHED and not replaces_settled:
+                return False
         write_json_atomic(cell_dir / RECORD_NAME, record.to_dict())
     return True
 

@@ -10,6 +10,7 @@ seconds at a thousand policies.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any
@@ -45,6 +46,10 @@ def strict_bool(v: Any) -> bool:
 
 def mapping(v: Any) -> bool:
     return v is None or isinstance(v, dict)
+
+
+def capability(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and re.fullmatch(r"sm_[0-9]{2,3}", v) is not None)
 
 
 def texts(v: Any) -> bool:
@@ -122,6 +127,10 @@ class GpuConf:
     exporter: str | None = setting(TEXT, text)
     slurm: dict[str, Any] | None = setting(MAPPING, mapping, keys=SlurmResources)
     env: dict[str, Any] | None = setting(MAPPING, mapping)
+    # what the column's cells must run on (job.py checks the GPU a job got, through NVML, before make_random):
+    # its compute capability, and a glob on NVML's device name ("*A100*"); null: any (the cpu column)
+    capability: str | None = setting("a compute capability such as sm_80, or null", capability)
+    name: str | None = setting("a name pattern such as \"*A100*\", or null", text)
 
 
 @dataclass

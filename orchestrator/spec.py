@@ -39,6 +39,7 @@ class CellSpec:
     repeat: dict[str, Any] = field(default_factory=lambda: {"band": [0.8, 1.25], "runs": 1})
     requires_cuda: bool = False  # the exporter needs a CUDA device: without one the cell is an `error` at once
     tolerance: float | None = None  # the policy config's, for the exporter's `{tolerance}` part (left out if None)
+    gpu_needs: dict[str, str] = field(default_factory=dict)  # the gpu config's capability and name: checked by the job
 
     @property
     def id(self) -> str:

@@ -237,3 +237,87 @@ def test_ctrl_c_or_sigterm_of_a_local_sweep_is_one_line_and_exit_130(tmp_path: P
                         f"--config-dir {conf} matrix.policies=[probe] exporter=slow out_dir={out} "
                         "launcher.poll_s=0.2").replace(f"--config-dir {conf} ", ""), err
         assert record(out, "probe/cpu/local")["status"] in ("cancelled", "killed")
+
+
+def _as_from_a_scripts_background() -> None:
+    """What `export-matrix sweep ... &` in a script gets: bash starts a background job with SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_sigterm_of_a_sweep_ignoring_sigint_stops_its_jobs_and_no_late_job_rewrites_the_record(
+        tmp_path: Path) -> None:
+    """Issue 44 item 6: a background sweep (SIGINT ignored) sent SIGTERM used to say '2 cells cancelled' while
+    status said 1 cancelled, 1 killed, and its exporter ran on and later rewrote the record `killed` -> `passed`.
+    Now the exporter's process group is stopped before the sweep exits, the line's count is what status shows, and
+    the record stays as the sweep left it after the exporter would have finished."""
+    seconds = 40
+    conf = tmp_path / "conf"
+    slow = ("import os, time; open('exporter.pid', 'w').write(str(os.getpid())); print('[export] step one', "
+            f"flush=True); time.sleep({seconds}); "
+            "print('Exported policy test case: largest difference 0 (tolerance 1)')")
+    (conf / "exporter").mkdir(parents=True)
+    (conf / "exporter" / "slow.yaml").write_text(json.dumps({"command": ["{python}", "-c", slow]}))
+    (conf / "policy").mkdir()
+    for name in ("probe", "probe2"):
+        (conf / "policy" / f"{name}.yaml").write_text(json.dumps({"checkpoint": {"path": "none"}, "export_args": []}))
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "orchestrator.cli", "sweep", "--config-dir", str(conf),
+            "matrix.policies=[probe,probe2]", "exporter=slow", f"out_dir={out}", "launcher.poll_s=0.2"]
+    sweep = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True, preexec_fn=_as_from_a_scripts_background)
+    cell = out / "cells/probe/cpu/local"
+    wait_for_status(cell / "record.json", "running")
+    deadline = time.monotonic() + 60
+    while not (cell / "exporter.pid").exists() or not (cell / "exporter.pid").read_text():
+        assert time.monotonic() < deadline, "the exporter never started"
+        time.sleep(0.1)
+    exporter = int((cell / "exporter.pid").read_text())
+    started = time.monotonic()
+    sweep.send_signal(signal.SIGTERM)
+    _, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted: 2 cells cancelled, records kept; rerun with: export-matrix rerun "), err
+    assert _gone(exporter), "the sweep exited and left its exporter running"
+    status = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", "--config-dir", str(conf),
+                             "matrix.policies=[probe,probe2]", "exporter=slow", f"out_dir={out}"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr[-2000:]
+    caption = status.stdout.strip().splitlines()[-1].split()
+    assert caption == ["2", "cancelled"], status.stdout
+    after_sweep = {name: record(out, f"{name}/cpu/local") for name in ("probe", "probe2")}
+    assert after_sweep["probe"]["status"] == "cancelled", after_sweep["probe"]
+    time.sleep(max(0.0, started + seconds + 5 - time.monotonic()))  # past when the exporter would have passed
+    assert {name: record(out, f"{name}/cpu/local") for name in ("probe", "probe2")} == after_sweep
+
+
+def test_ctrl_c_kills_an_exporter_that_ignores_sigterm_before_the_sweep_exits(tmp_path: Path) -> None:
+    """Ctrl-C reaches the job's controller, which SIGKILLs the job a second later, before the job's own grace to
+    its exporter ends: an exporter deaf to SIGTERM and SIGINT used to run on, orphaned. The sweep kills the
+    process groups its jobs led."""
+    deaf = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "signal.signal(signal.SIGINT, signal.SIG_IGN); open('exporter.pid', 'w').write(str(os.getpid())); "
+            "time.sleep(60)")
+    conf, out = probe_conf(tmp_path, 0), tmp_path / "out"
+    (conf / "exporter" / "slow.yaml").write_text(json.dumps({"command": ["{python}", "-c", deaf]}))
+    sweep = subprocess.Popen(cli_args(conf, out, "sweep"), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             preexec_fn=_as_from_a_terminal)
+    pid_file = out / "cells/probe/cpu/local/exporter.pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the exporter never started"
+        time.sleep(0.1)
+    os.killpg(sweep.pid, signal.SIGINT)
+    _, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, err
+    assert _gone(int(pid_file.read_text())), "the sweep exited and left its exporter running"
+    assert record(out, "probe/cpu/local")["status"] == "cancelled"

@@ -91,5 +91,5 @@ class CellJob(submitit.helpers.Checkpointable):
         record.attempt, record.fixes = self.attempt, list(spec.fixes)
         record.error = (f"Slurm ran the job {self.requeues + 1} times (preemption or node failure); "
                         f"max_requeues={self.max_requeues}")
-        write_record(spec.cell_dir, record)
+        write_record(spec.cell_dir, record, replaces_settled=True)  # the same job, run once too often
         return record

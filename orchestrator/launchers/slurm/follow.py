@@ -117,7 +117,7 @@ def poll(out_dir: Path, cells: list[str] | None = None,
             entry = state.entry
             after = settle(state.record or _blank(state.cell, entry), entry, state.job)
             if after != state.record:
-                write_record(cell_dir(entry.out_dir, state.cell), after)
+                write_record(cell_dir(entry.out_dir, state.cell), after, replaces_settled=True)  # sacct knows
                 state.record = after
     return found
 
