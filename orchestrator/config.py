@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .errors import ConfigError
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
@@ -28,10 +30,6 @@ AXES = {"policy": "policies", "gpu": "gpus", "torch": "builds", "exporter": "exp
 # Groups chosen one at a time with `group=name` on the command line.
 CHOICE_GROUPS = ("matrix", "launcher", "exporter")
 POLICY_CHUNK = 64  # policies per Hydra composition (see _compose_many)
-
-
-class ConfigError(ValueError):
-    """A bad name or value in the configuration; its message is the one line the user sees."""
 
 
 class _ComposeError(ConfigError):
