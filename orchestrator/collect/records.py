@@ -22,11 +22,11 @@ REPRO_EXPORTER = "repro"  # conf/exporter/repro.yaml: cells that run a standalon
 COLUMNS = ("id", "policy", "gpu", "torch", "exporter", "status", "attempt", "failed_step", "error", "max_diff",
            "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms", "fixes", "versions",
            "log", "log_tail", "ended_at", "check", "repro_row", "reproduced", "repro_summary", "runs_low",
-           "runs_high", "config_key")
+           "runs_high", "config_key", "logs")
 NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms", "runs_low",
            "runs_high")
 TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "check", "repro_row", "repro_summary",
-         "config_key")
+         "config_key", "logs")
 FROM_CONFIGS = "?"  # `config_key` of a record from before records had one: stale.py computes it from the record
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
 # Only a failure's log tail is searched for the catalog's patterns: the others, most of the bytes, stay out.
@@ -74,6 +74,7 @@ def _row(cell: CellId, data: dict[str, Any]) -> tuple:
         reproduced if isinstance(reproduced, bool) else None, _text(repro.get("summary")),
         *((min(runs) / tolerance, max(runs) / tolerance) if repeated else (None, None)),
         config_key if isinstance(config_key, str) else None,
+        _log_names(get("logs")),
     )
 
 
@@ -103,6 +104,15 @@ def _log(logs: Any, failed_step: Any) -> str | None:
     if failed_step == "make_random":
         return logs.get("make_random")
     return logs.get("export") or next(iter(logs.values()), None)
+
+
+def _log_names(logs: Any) -> str | None:
+    """The record's log files (names in its cell's folder), space-separated, for report.html's links."""
+    if not isinstance(logs, dict):
+        return None
+    names = [name for name in logs.values() if isinstance(name, str) and name and " " not in name
+             and "/" not in name and name not in (".", "..")]
+    return " ".join(dict.fromkeys(names)) or None
 
 
 def _read_cell(path: str) -> tuple[tuple, list[tuple]] | None:

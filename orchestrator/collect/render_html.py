@@ -1,17 +1,24 @@
 """report.html: the same tables as matrix.md, readable in a browser, each cell linking to its log.
 
 Every text from a record goes through html.escape; links are relative to DIR (where report.html is written).
+Each symbol comes with a coloured badge holding its word (pass, patched, fail, undecided, ...), the emoji itself
+hidden from screen readers, so the page reads the same in a browser without an emoji font.
 """
 
 from __future__ import annotations
 
+import re
 from collections import namedtuple
 from html import escape
+from pathlib import Path
 from urllib.parse import quote
 
+from ..cell_id import CELLS_DIR
+from ..record import RECORD_NAME, UNFINISHED, UNREADABLE
 from .failure_summary import named_rows
 from .render_md import (
-    LEGEND,
+    LEGEND_NUMBERS,
+    LEGEND_SYMBOLS,
     REPROS_HEAD,
     STALE_LEGEND,
     Summary,
@@ -21,6 +28,7 @@ from .render_md import (
     rerun_commands,
     stale_command,
 )
+from .rules import SYMBOLS
 from .settings import Settings
 
 MAX_CELL_ROWS = 2000  # the per-cell table; a larger sweep lists only its first cells (cells.csv has them all)
@@ -31,8 +39,18 @@ th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical
 th { background: #f6f8fa; }
 td.pass { background: #dafbe1; } td.patched { background: #fff8c5; } td.fail { background: #ffebe9; }
 td.running { background: #ddf4ff; } td.undecided { background: #eaeef2; } td.missing { color: #8c959f; }
+td.unreadable { background: #fff1e5; }
 a { color: inherit; } code { font-size: 90%; } .err { max-width: 60em; overflow-wrap: anywhere; }
+.badge { display: inline-block; padding: 0 6px; border-radius: 9px; font-size: 85%; font-weight: 600;
+         line-height: 1.5; white-space: nowrap; color: #fff; }
+.badge.pass { background: #1a7f37; } .badge.patched { background: #9a6700; } .badge.fail { background: #cf222e; }
+.badge.undecided { background: #6e7781; } .badge.running { background: #0969da; }
+.badge.missing { background: #d0d7de; color: #424a53; } .badge.unreadable { background: #bc4c00; }
+.files a { margin-right: 0.5em; white-space: nowrap; }
 """
+# The word beside each symbol (rules.SYMBOLS' keys), what a browser without an emoji font shows.
+WORDS = {"pass": "pass", "patched": "patched", "fail": "fail", "undecided": "undecided", "running": "in progress",
+         "missing": "no record", "unreadable": "unreadable"}
 
 
 def _str(value: object) -> str:
@@ -40,17 +58,50 @@ def _str(value: object) -> str:
     return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
-def _link(path: object, text: str, title: object = None) -> str:
+def _link(path: object, text: str, title: object = None, html: str | None = None) -> str:
+    """text (or html, already safe) linking to path, relative to DIR; no link where there is no path."""
+    inner = escape(text) if html is None else html
     if not isinstance(path, str) or not path:
-        return escape(text)
+        return inner
     tip = f' title="{escape(str(title))}"' if isinstance(title, str) and title else ""
-    return f'<a href="{escape(quote(path))}"{tip}>{escape(text)}</a>'
+    return f'<a href="{escape(quote(path))}"{tip}>{inner}</a>'
+
+
+def badge(status: str) -> str:
+    """A symbol with its word in a coloured badge; the emoji hidden from screen readers, which read the word."""
+    return (f'<span class="badge {escape(status)}"><span class="sym" aria-hidden="true">{SYMBOLS[status]}</span> '
+            f"{WORDS[status]}</span>")
+
+
+def _badged(text: str) -> str:
+    """Text as HTML, each ⏳ (a cell still in progress) with its badge."""
+    return escape(text).replace(SYMBOLS["running"], badge("running"))
+
+
+def _inline_md(text: str) -> str:
+    """Our own legend's Markdown (`*slow*`, `` `command` ``) as HTML, the rest escaped."""
+    html = re.sub(r"\*([^*]+)\*", r"<em>\1</em>", escape(text))
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html)
+
+
+def legend(at_limit: float) -> str:
+    """The legend of matrix.md with badges for the symbols and HTML for its emphasis."""
+    meanings = {key: meaning.removeprefix(f"{WORDS[key]}: ") for key, meaning in LEGEND_SYMBOLS}
+    symbols = " · ".join(badge(key) + (f" {escape(meaning)}" if meaning != WORDS[key] else "")
+                         for key, meaning in meanings.items())  # "⏳ in progress", not "⏳ in progress in progress"
+    return f'<p class="legend">{symbols}. {_inline_md(LEGEND_NUMBERS.format(at_limit=at_limit))}</p>'
 
 
 def grid_cell(row: dict, text: str) -> str:
-    """The matrix row's cell, its text (render_md.cell_text) linking to the log of the cell that decided it."""
+    """The matrix row's cell: its symbol's badge, then its text (render_md.cell_text) without the symbol and the
+    word the badge already says, linking to the log of the cell that decided it."""
     title = f"{row['cell']}: {row['error']}" if isinstance(row["error"], str) else row["cell"]
-    return f'<td class="{escape(row["status"])}">{_link(row["log"], text, title)}</td>'
+    status, symbol = row["status"], row["symbol"]
+    rest = text[len(symbol):].strip() if text.startswith(symbol) else text
+    for word in dict.fromkeys((WORDS[status], status)):  # "⏳ running · 7": the badge says in progress
+        rest = "" if rest == word else rest[len(word) + 3:] if rest.startswith(f"{word} · ") else rest
+    html = badge(status) + (f" {_badged(rest)}" if rest else "")
+    return f'<td class="{escape(status)}">{_link(row["log"], "", title, html)}</td>'
 
 
 def render(summary: Summary, settings: Settings) -> str:
@@ -63,9 +114,9 @@ def render(summary: Summary, settings: Settings) -> str:
     for policy in summary.policies:
         out += [f"<tr><th>{escape(policy)}</th>", *(summary.html[policy].get(g, "<td></td>") for g in summary.gpus),
                 "</tr>"]
-    out += ["</table>", f"<p>{escape(LEGEND.format(at_limit=settings.at_limit))}</p>"]
+    out += ["</table>", legend(settings.at_limit)]
     if summary.stale:
-        out.append(f"<p>{escape(STALE_LEGEND)}</p>")
+        out.append(f"<p>{_inline_md(STALE_LEGEND)}</p>")
     if summary.new_failures:
         out += ["<h2>New failures</h2><p>No entry of the failure catalog matches them.</p><ul>",
                 *(f'<li><code class="err">{escape(error)}</code> ({listed(cells, lambda c: _link(c[1], c[0]))})</li>'
@@ -102,22 +153,48 @@ def render(summary: Summary, settings: Settings) -> str:
     if summary.gpu_versions:
         out += ["<h2>GPUs</h2><ul>", *(f"<li><b>{escape(settings.gpu_label(g))}</b>: {escape(t)}</li>"
                                        for g, t in summary.gpu_versions), "</ul>"]
-    out.append(_cells_table(summary))
+    out.append(_cells_table(summary, settings.out_dir))
     out.append(SCRIPT)
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
 
-CELL_COLUMNS = ("cell", "status", "step", "failures", "difference / tolerance", "margin", "speedup", "exported ms",
-                "peak GPU MiB", "check", "attempt", "error")
+CELL_COLUMNS = ("cell", "status", "step", "failures", "difference / tolerance", "margin", "speedup", "eager ms",
+                "exported ms", "peak GPU MiB", "check", "attempt", "files", "error")
 
 
-_CellRow = namedtuple("_CellRow", ["id", "log", "status", "stale", "failed_step", "failures", "max_diff",
-                                   "tolerance", "margin", "speedup", "exported_ms", "peak_gpu_mib", "check", "attempt",
-                                   "error"])
+_CellRow = namedtuple("_CellRow", ["id", "log", "logs", "status", "stale", "stock", "outcome", "failed_step",
+                                   "failures", "max_diff", "tolerance", "margin", "speedup", "eager_ms", "exported_ms",
+                                   "peak_gpu_mib", "check", "attempt", "error"])
 
 
-def _cells_table(summary: Summary) -> str:
+def _ms(value: object) -> str:
+    """Milliseconds as a plain number the table sorts by: 3395.9, 80.6, 0.213."""
+    if not isinstance(value, int | float) or value != value:
+        return ""
+    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.3g}"
+
+
+def _state(row: _CellRow) -> str:
+    """What the cell alone says (rules.SYMBOLS' key): the colour of its status."""
+    if row.status == "passed":
+        return "pass" if row.stock else "patched"
+    if row.status in UNFINISHED:
+        return "running"
+    if row.status == UNREADABLE:
+        return "unreadable"
+    return "undecided" if row.outcome == "undecided" else "fail"
+
+
+def _files(row: _CellRow, out_dir: Path) -> str:
+    """Links to the cell's record.json and the logs its record names, those that exist (relative to DIR)."""
+    folder = f"{CELLS_DIR}/{row.id}"
+    names = [RECORD_NAME, *_str(row.logs).split()]
+    return " ".join(_link(f"{folder}/{name}", name) for name in dict.fromkeys(names)
+                    if (out_dir / folder / name).is_file())
+
+
+def _cells_table(summary: Summary, out_dir: Path) -> str:
     """Every cell with its detail, sortable by any column and filtered by status or failure row (inline script)."""
     rows = list(named_rows(summary.cells, _CellRow))
     statuses = sorted({row.status for row in rows})
@@ -137,11 +214,14 @@ def _cells_table(summary: Summary) -> str:
     for row in rows:
         diff = f"{num(row.max_diff)} / {num(row.tolerance)}" if num(row.max_diff) else ""
         out.append(f'<tr data-status="{escape(row.status)}" data-failures="{escape(_str(row.failures))}">'
-                   f"<td>{_link(row.log, row.id)}</td><td>{escape(row.status)}{' (stale)' if row.stale else ''}</td>"
+                   f"<td>{_link(row.log, row.id)}</td>"
+                   f'<td class="{_state(row)}">{escape(row.status)}{" (stale)" if row.stale else ""}</td>'
                    f"<td>{escape(_str(row.failed_step))}</td><td>{escape(_str(row.failures))}</td>"
                    f"<td>{escape(diff)}</td><td>{escape(num(row.margin))}</td><td>{escape(num(row.speedup))}</td>"
-                   f"<td>{escape(num(row.exported_ms))}</td><td>{escape(num(row.peak_gpu_mib))}</td>"
+                   f"<td>{_ms(row.eager_ms)}</td><td>{_ms(row.exported_ms)}</td>"
+                   f"<td>{escape(num(row.peak_gpu_mib))}</td>"
                    f"<td>{escape(_str(row.check))}</td><td>{escape(_str(row.attempt))}</td>"
+                   f'<td class="files">{_files(row, out_dir)}</td>'
                    f'<td class="err">{escape(_str(row.error))}</td></tr>')
     out.append("</tbody></table>")
     return "\n".join(out)

@@ -15,14 +15,19 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .failure_summary import order
+from .rules import SYMBOLS
 from .settings import Settings
 
-LEGEND = ("✅ passes on stock torch · 🟡 passes only with a patched build (its fixes named) · ❌ fails on every "
-          "build that reached a verdict (failure ids) · ⏸ undecided: no build reached a verdict (timeout, cancelled, "
-          "env) · ⏳ in progress · — no record · ⚠️ a record could not be read (cells.csv names the file). Numbers: "
-          "largest difference / tolerance of the cell that decided the symbol; *slow*: exported slower than eager "
-          "(speedup); *at limit*: difference at {at_limit:g} of the tolerance or more, or repeated runs on both "
-          "sides of it.")
+# What each symbol means (rules.SYMBOLS' keys), and what the numbers are: the legend of matrix.md and report.html.
+LEGEND_SYMBOLS = (
+    ("pass", "passes on stock torch"), ("patched", "passes only with a patched build (its fixes named)"),
+    ("fail", "fails on every build that reached a verdict (failure ids)"),
+    ("undecided", "undecided: no build reached a verdict (timeout, cancelled, env)"), ("running", "in progress"),
+    ("missing", "no record"), ("unreadable", "a record could not be read (cells.csv names the file)"))
+LEGEND_NUMBERS = ("Numbers: largest difference / tolerance of the cell that decided the symbol; *slow*: exported "
+                  "slower than eager (speedup); *at limit*: difference at {at_limit:g} of the tolerance or more, or "
+                  "repeated runs on both sides of it.")
+LEGEND = " · ".join(f"{SYMBOLS[key]} {meaning}" for key, meaning in LEGEND_SYMBOLS) + ". " + LEGEND_NUMBERS
 STALE_LEGEND = ("(stale): the record was made from other configs (or another build recipe) than the current config "
                 "gives its cell; it is shown as it was and is never a new failure: `export-matrix rerun --stale` runs "
                 "it again.")

@@ -120,7 +120,8 @@ def test_cells_csv_and_report_links(seed_out: Path) -> None:
     links = re.findall(r'href="([^"]+)"', html)
     assert "cells/wall_x/a100/pr202785/export.log" in links and len(links) >= 28
     assert all((seed_out / link).is_file() for link in links)
-    assert "❌ 5 7 · 0.0953 / 0.075 · at limit" in html and "(9.53e-02 &gt; 0.075)" in html
+    assert ('<span class="badge fail"><span class="sym" aria-hidden="true">❌</span> fail</span> 5 7 · 0.0953 / 0.075 '
+            "· at limit") in html and "(9.53e-02 &gt; 0.075)" in html
 
 
 def test_check_is_fresh_then_stale(seed_out: Path, standin_conf: Path, tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ def test_a_record_of_other_configs_is_stale_and_never_a_new_failure(tmp_path: Pa
     assert (cells["xvla/cpu/local"]["stale"], cells["act/cpu/local"]["stale"]) == ("True", "False")
     assert cells["xvla/cpu/local"]["failures"] == "" and cells["tdmpc/cpu/local"]["failures"] == "new"
     html = (tmp_path / "report.html").read_text()
-    assert "❌ (stale)" in html and "<td>failed (stale)</td>" in html and "<h2>Stale</h2>" in html
+    assert "❌</span> fail</span> (stale)" in html and '<td class="fail">failed (stale)</td>' in html
+    assert "<h2>Stale</h2>" in html
     assert "vision_config is required</code>" not in html  # not among the new failures there either
 
 

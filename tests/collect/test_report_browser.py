@@ -1,6 +1,7 @@
 """report.html in a real headless Chromium (Debian's package), driven by playwright: it loads without errors,
 its links resolve inside the folder, the cells table sorts and filters with no network, its symbols are
-matrix.csv's, and record text shows as text (never as markup or script)."""
+matrix.csv's, each with its word in a coloured badge (this Chromium has no emoji font, so the word is what reads),
+and record text shows as text (never as markup or script)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def put(out: Path, cell: str, status: str, log: str | None = "export", **fields)
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("report")
-    put(out, "act/h100/stock", "passed", max_diff=0.01, tolerance=0.2, margin=0.05)
+    put(out, "act/h100/stock", "passed", max_diff=0.01, tolerance=0.2, margin=0.05, eager_ms=73.0, exported_ms=91.25)
     put(out, "act/a100/stock", "passed", max_diff=0.15, tolerance=0.2, margin=0.75)
     put(out, "wall_x/h100/stock", "failed", failed_step="save",
         error="SerializeError: Unsupported getattr attribute function_const_func_spec0 with type TreeSpec")
@@ -113,5 +114,45 @@ def test_record_text_shows_as_text(page) -> None:
 
 def test_legend_date_and_builds_are_there(page) -> None:
     text = page.inner_text("body")
-    assert "✅ passes on stock torch" in text and "the newest ended 2026-12-03T12:00:00+00:00" in text
+    assert "✅ pass passes on stock torch" in text and "the newest ended 2026-12-03T12:00:00+00:00" in text
     assert "Torch builds" in text
+
+
+WORDS = {"✅": "pass", "🟡": "patched", "❌": "fail", "⏸": "undecided", "⏳": "in progress", "—": "no record"}
+
+
+def test_every_symbol_has_its_word_in_a_coloured_badge(page, report: Path) -> None:
+    """issue 44 item 4: without an emoji font (this Chromium has none) ✅/❌ are empty boxes; each symbol's word
+    shows beside it, in a badge coloured by what it says, the emoji hidden from screen readers; the legend's
+    Markdown is HTML."""
+    expected = {(r["policy"], r["gpu"]): r["symbol"]
+                for r in csv.DictReader(io.StringIO((report / "matrix.csv").read_text()))}
+    badges = page.query_selector_all("table:first-of-type td .badge")
+    assert len(badges) == len(expected) == 8
+    shown = sorted((b.inner_text().split(maxsplit=1)[1], b.query_selector(".sym").inner_text()) for b in badges)
+    assert shown == sorted((WORDS[s], s) for s in expected.values())
+    assert all(b.is_visible() and b.query_selector(".sym").get_attribute("aria-hidden") == "true" for b in badges)
+    colour = {b.inner_text().split(maxsplit=1)[1]: b.evaluate("e => getComputedStyle(e).backgroundColor")
+              for b in badges}
+    assert len(set(colour.values())) == len(colour) == 4  # pass, patched, fail, no record: each its own colour
+    legend = page.query_selector("p.legend")
+    assert [b.inner_text() for b in legend.query_selector_all(".badge")] == [
+        "✅ pass", "🟡 patched", "❌ fail", "⏸ undecided", "⏳ in progress", "— no record", "⚠️ unreadable"]
+    assert "*" not in legend.inner_text() and [e.inner_text() for e in legend.query_selector_all("em")] == \
+        ["slow", "at limit"]
+
+
+def test_cells_show_eager_ms_a_coloured_status_and_their_files(page) -> None:
+    header = [th.inner_text() for th in page.query_selector_all("#cells thead th")]
+    rows = {row.query_selector("td").inner_text(): row for row in page.query_selector_all("#cells tbody tr")}
+    act = [td.inner_text() for td in rows["act/h100/stock"].query_selector_all("td")]
+    assert (act[header.index("eager ms")], act[header.index("exported ms")]) == ("73.0", "91.2")
+    status = {cell: row.query_selector_all("td")[1].evaluate("e => getComputedStyle(e).backgroundColor")
+              for cell, row in rows.items()}
+    assert status["act/h100/stock"] == status["act/a100/stock"] != status["dm05/h100/stock"] == \
+        status["wall_x/h100/stock"] != status["wall_x/h100/pr202785"] != status["act/h100/stock"]
+    files = {cell: [a.inner_text() for a in row.query_selector_all("td.files a")] for cell, row in rows.items()}
+    assert files["act/h100/stock"] == ["record.json", "export.log"]  # its record names make_random.log, not there
+    assert files["xvla/h100/stock"] == ["record.json", "make_random.log"]
+    assert rows["xvla/h100/stock"].query_selector("td.files a").get_attribute("href") == \
+        "cells/xvla/h100/stock/record.json"
