@@ -141,4 +141,5 @@ def test_a_cell_on_a_gpu_its_column_does_not_want_is_undecided_with_one_line(tmp
     assert collect.returncode == 0, collect.stderr[-3000:]
     row = next(line for line in (out / "matrix.md").read_text().splitlines() if line.startswith("| probe |"))
     assert row.count("⏸") == 2 and row.count("✅") == 1, row
+    assert "⏸ wrong GPU (NVIDIA H100 80GB HBM3, sm_90; the a100 column wants sm_80)" in row  # in the cell itself
     assert "wrong GPU (NVIDIA H100 80GB HBM3, sm_90; the a100 column wants sm_80)" in (out / "matrix.md").read_text()

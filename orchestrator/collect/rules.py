@@ -125,6 +125,8 @@ def _reasons(df: pd.DataFrame) -> list[str]:
             reasons.append("not checked")
         elif step == "env":
             reasons.append("env build failed")
+        elif step == "setup" and text.startswith("wrong GPU ("):
+            reasons.append(text)  # the job refused the GPU it got: which one, and what the column wants
         else:
             reasons.append(f"{step} error" if isinstance(step, str) and step else "error")
     return reasons
