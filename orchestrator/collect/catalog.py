@@ -54,14 +54,6 @@ class Entry:
         return ((self.exporters is None or exporter is None or exporter in self.exporters)
                 and (self.gpus is None or gpu in self.gpus))
 
-    def describes_many(self, exporters: pd.Series, gpus: pd.Series) -> pd.Series:
-        """describes() for each cell (a boolean Series)."""
-        ok = pd.Series(True, index=gpus.index)
-        if self.exporters is not None:
-            ok &= exporters.isna() | exporters.isin(self.exporters)
-        if self.gpus is not None:
-            ok &= gpus.isin(self.gpus)
-        return ok.astype(bool)
 
 
 def flag_column(failure_id: str) -> str:
@@ -99,11 +91,18 @@ class Catalog:
         table = np.array([*hits, [False] * len(self.entries)], dtype=bool)  # code -1 (no text) takes the last row
         return pd.DataFrame(table[codes], index=texts.index, columns=[e.column for e in self.entries])
 
-    def describable(self, exporters: pd.Series, gpus: pd.Series) -> pd.DataFrame:
-        """Which entries can describe each cell (its exporter and GPU), one boolean column per entry."""
-        return pd.DataFrame({e.column: e.describes_many(exporters, gpus) if e.restricted
-                             else pd.Series(True, index=gpus.index) for e in self.entries}, index=gpus.index,
-                            columns=[e.column for e in self.entries]).astype(bool)
+    def scopes(self, exporters: pd.Series, gpus: pd.Series) -> dict[str, np.ndarray]:
+        """Which cells (their exporter and GPU) each entry with `exporters:` or `gpus:` can describe: its flag
+        column -> a boolean per cell. Each distinct (exporter, GPU) pair is asked once."""
+        restricted = [e for e in self.entries if e.restricted]
+        if not restricted:
+            return {}
+        named = exporters.notna()
+        codes, uniques = pd.factorize(exporters.where(named, "").astype(str) + "\t" + gpus.astype(str)
+                                      + np.where(named, "", "\t"))  # a third field: the record names no exporter
+        pairs = [(parts[0] if len(parts) == 2 else None, parts[1]) for parts in (u.split("\t") for u in uniques)]
+        return {e.column: np.array([e.describes(exporter, gpu) for exporter, gpu in pairs], dtype=bool)[codes]
+                for e in restricted}
 
     def unknown_names(self, exporters: list[str], gpus: list[str]) -> list[str]:
         """One line per entry naming an exporter or GPU no config has (that entry can describe no cell of it)."""

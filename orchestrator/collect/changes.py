@@ -22,6 +22,7 @@ from .settings import Settings
 KEYS = ["policy", "gpu", "torch"]
 SYMBOL_ORDER = ("✅", "🟡", "❌", "⏸", "⏳", "—", "⚠️")
 STATE_COLUMNS = [*KEYS, "symbol", "failures", "new_error", "margin"]
+READ = frozenset({*KEYS, "status", "outcome", "stock", "failures", "error", "failed_step", "margin"})  # cells.csv's
 
 
 _Row = namedtuple("_Row", ["policy", "gpu", "torch", "state", "symbol", "symbol_was", "failures", "failures_was",
@@ -31,7 +32,7 @@ _Row = namedtuple("_Row", ["policy", "gpu", "torch", "state", "symbol", "symbol_
 def read_previous(path: Path) -> pd.DataFrame | None:
     """The cell states of the cells.csv a previous collect wrote, or None."""
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, usecols=lambda column: column in READ)
     except FileNotFoundError:
         return None
     return cell_states(frame)
@@ -41,8 +42,7 @@ def cell_states(cells: pd.DataFrame) -> pd.DataFrame:
     """Each cell's symbol (what its column would show were it the only build: ✅ a stock pass, 🟡 a patched one,
     ❌ a verdict that failed, ⏸ undecided, ⏳ unfinished, ⚠️ unreadable), failure ids, new error and margin, from
     cells.csv's columns: the new collect's frame or the previous one's text."""
-    cells = cells.assign(**{c: "" for c in ("id", "status", "outcome", "stock", "failures", "error", "failed_step",
-                                            "margin") if c not in cells})
+    cells = cells.assign(**{c: "" for c in READ if c not in cells})
     if not len(cells):
         return pd.DataFrame(columns=STATE_COLUMNS)
     status = cells["status"].fillna("").astype(str)
@@ -54,18 +54,15 @@ def cell_states(cells: pd.DataFrame) -> pd.DataFrame:
                        [SYMBOLS[k] for k in ("pass", "patched", "running", "unreadable", "undecided", "fail")],
                        SYMBOLS["missing"])
     failures = cells["failures"].fillna("").astype(str)
-    new_errors = []
-    for ids, error, state, step in zip(failures.tolist(), cells["error"].tolist(), status.tolist(),
-                                       cells["failed_step"].tolist(), strict=True):
-        if NEW not in ids.split():
-            new_errors.append("")
-            continue
+    new_errors = pd.Series("", index=cells.index, dtype=object)
+    new = failures.str.contains(rf"(?:^| ){NEW}(?: |$)")
+    for index, error, state, step in zip(new[new].index, *(cells.loc[new, c].tolist() for c in
+                                                           ("error", "status", "failed_step")), strict=True):
         line = str(error).strip().split("\n")[0].strip() if isinstance(error, str) else ""  # as rules.py has it
-        new_errors.append(line or f"status {state}" + (f" in step {step}" if isinstance(step, str) and step else ""))
-    ids = cells["id"].astype(str).str.split("/", n=2)
-    return pd.DataFrame({"policy": ids.str[0], "gpu": ids.str[1], "torch": ids.str[2], "symbol": symbol,
-                         "failures": failures, "new_error": new_errors,
-                         "margin": pd.to_numeric(cells["margin"], errors="coerce")}, index=cells.index)
+        new_errors[index] = line or f"status {state}" + (f" in step {step}" if isinstance(step, str) and step else "")
+    return pd.DataFrame({**{key: cells[key].astype(str) for key in KEYS}, "symbol": symbol, "failures": failures,
+                         "new_error": new_errors, "margin": pd.to_numeric(cells["margin"], errors="coerce")},
+                        index=cells.index)
 
 
 def changes(previous: pd.DataFrame | None, cells: pd.DataFrame, matrix: pd.DataFrame,
@@ -77,6 +74,11 @@ def changes(previous: pd.DataFrame | None, cells: pd.DataFrame, matrix: pd.DataF
         return [f"first collect: {len(matrix)} table cells (policy × column) ({summary or 'none'})"]
     now = cell_states(cells).assign(order=range(len(cells)))
     merged = now.merge(previous, on=KEYS, how="outer", suffixes=("", "_was"), indicator="state")
+    both = merged["state"] == "both"
+    moved = (merged["margin"] - merged["margin_was"]).abs() > settings.margin_move
+    same = both & ~moved & (merged["symbol"] == merged["symbol_was"]) & (merged["failures"] == merged["failures_was"])
+    same &= merged["new_error"].fillna("") == merged["new_error_was"].fillna("")
+    merged = merged[~same]  # thousands of cells, a few changed: only those go through the lines below
     merged = merged.sort_values("order", kind="stable", na_position="last")  # table order; dropped cells last
     lines = []
     for row in named_rows(merged, _Row):

@@ -106,13 +106,23 @@ def _log(logs: Any, failed_step: Any) -> str | None:
     return logs.get("export") or next(iter(logs.values()), None)
 
 
+_LOG_NAMES: dict[tuple, str | None] = {}  # a sweep's few distinct `logs` mappings, each joined once
+
+
 def _log_names(logs: Any) -> str | None:
     """The record's log files (names in its cell's folder), space-separated, for report.html's links."""
     if not isinstance(logs, dict):
         return None
-    names = [name for name in logs.values() if isinstance(name, str) and name and " " not in name
-             and "/" not in name and name not in (".", "..")]
-    return " ".join(dict.fromkeys(names)) or None
+    try:
+        key = tuple(logs.items())
+        return _LOG_NAMES[key]
+    except KeyError:
+        names = [name for name in logs.values() if isinstance(name, str) and name and " " not in name
+                 and "/" not in name and name not in (".", "..")]
+        joined = _LOG_NAMES[key] = " ".join(dict.fromkeys(names)) or None
+        return joined
+    except TypeError:  # an unhashable value: no log name
+        return None
 
 
 def _read_cell(path: str) -> tuple[tuple, list[tuple]] | None:

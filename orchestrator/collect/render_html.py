@@ -7,6 +7,7 @@ hidden from screen readers, so the page reads the same in a browser without an e
 
 from __future__ import annotations
 
+import os
 import re
 from collections import namedtuple
 from html import escape
@@ -189,9 +190,10 @@ def _state(row: _CellRow) -> str:
 def _files(row: _CellRow, out_dir: Path) -> str:
     """Links to the cell's record.json and the logs its record names, those that exist (relative to DIR)."""
     folder = f"{CELLS_DIR}/{row.id}"
+    where = os.path.join(out_dir, folder)
     names = [RECORD_NAME, *_str(row.logs).split()]
     return " ".join(_link(f"{folder}/{name}", name) for name in dict.fromkeys(names)
-                    if (out_dir / folder / name).is_file())
+                    if os.path.isfile(os.path.join(where, name)))
 
 
 def _cells_table(summary: Summary, out_dir: Path) -> str:

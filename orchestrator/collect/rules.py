@@ -71,12 +71,17 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     df["slow"] = df["speedup"] < settings.slow_below
 
     # an entry describes only the cells of its exporters and GPUs (a CPU cell's slowness is no CUDA row)
-    scope = catalog.describable(df["exporter"], df["gpu"])
-    flags = catalog.match_many(df["error"].where(ended)) & scope
+    scopes = catalog.scopes(df["exporter"], df["gpu"])
+    flags = catalog.match_many(df["error"].where(ended))
+    for column, scope in scopes.items():
+        flags[column] &= scope
     by_error = [e.column for e in catalog.entries if e.patterns]
     unmatched = ended & ~flags[by_error].any(axis=1)
     if unmatched.any():  # no entry knows the error line: look in the log's tail
-        flags = flags | (catalog.match_many(df["log_tail"].where(unmatched)) & scope)
+        tails = catalog.match_many(df["log_tail"].where(unmatched))
+        for column, scope in scopes.items():
+            tails[column] &= scope
+        flags = flags | tails
     promoted = flags[[e.column for e in catalog.entries if e.decides]].any(axis=1)
     env_ids = catalog.env_ids
     compiler = [e.column for e in catalog.entries if e.patterns and e.id not in env_ids]
@@ -94,7 +99,7 @@ def classify_cells(cells: pd.DataFrame, history: pd.DataFrame, settings: Setting
     flags.loc[undecided] = False  # an undecided cell hits no failure
     for entry in catalog.entries:  # an entry with a signal flags the cells with that mark
         if entry.signal:
-            flags[entry.column] |= df[entry.signal] & scope[entry.column]
+            flags[entry.column] |= df[entry.signal] & scopes.get(entry.column, True)
     flags[flag_column(NEW)] = df["failing"] & ~flags[by_error].any(axis=1) & ~df["stale"]
     df = pd.concat([df, flags], axis=1)
     df["failures"] = join_ids(df, [*catalog.ids, NEW])

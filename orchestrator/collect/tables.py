@@ -92,5 +92,5 @@ def _undecided(cells: pd.DataFrame) -> list[tuple[str, str, str]]:
     for cell, reason, exporter, status, error in zip(*columns(cells, "id", "reason", "exporter", "status", "error"),
                                                      strict=True):
         cause = error_cause(error) if status == "error" else ""
-        out.append((cell, f"{reason}: {cause}" if cause else reason, exporter))
+        out.append((cell, f"{reason}: {cause}" if cause and cause not in str(reason) else reason, exporter))
     return out
