@@ -26,6 +26,7 @@ from .splice import END, START, splice_file
 from .stale import stale_cells
 from .tables import make_tables
 
+EMPTY_MATRIX = ["matrix.policies=[]", "matrix.gpus=[]", "matrix.torch=[]", "matrix.include=[]", "matrix.exclude=[]"]
 OUTPUTS = ("cells.csv", "matrix.csv", "repros.csv", "matrix.md", "report.html")
 CHANGES = "changes.md"
 
@@ -75,15 +76,14 @@ def _here(path: Path | str) -> str:
 def _pasteable(overrides: list[str], config_dir: Path | None) -> list[str]:
     """The overrides as a printed command carries them: `out_dir=` left out where it is the default out_dir, else
     relative to the current folder where it is inside it."""
-    from ..cli import out_dir_only
     from ..config_cache import composed_out_dir
 
     out = []
     for override in overrides:
         key, _, value = override.partition("=")
         if key.lstrip("+") == "out_dir" and value and "${" not in value:
-            try:
-                default = composed_out_dir(out_dir_only([]), config_dir)
+            try:  # the config's out_dir, with the matrix emptied (as cli.out_dir_only does: the same cache key)
+                default = composed_out_dir(EMPTY_MATRIX, config_dir)
             except ConfigError:
                 default = None
             if default is not None and Path(value).expanduser().resolve() == default.expanduser().resolve():
