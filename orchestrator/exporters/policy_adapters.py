@@ -68,7 +68,6 @@ class ChunkAdapter:
         self.post: Any = None
         self.processors = "none"
         self.processors_why = "the checkpoint has no saved processors"
-        self.draws: list[Tensor] = []
 
     def set_processors(self, pre: Any, post: Any) -> None:
         """The checkpoint's saved processors: in the program, unless a step reads text (then on the host)."""
@@ -127,8 +126,7 @@ class ChunkAdapter:
             return {**batch, **{k: v for k, v in obs.items() if k not in features}}
         if self.processors == "host":
             return dict(obs)
-        return {k: frame_to_policy_input(v).unsqueeze(0) if v.dtype == torch.uint8 and v.dim() == 3
-                else v.unsqueeze(0) if k in features else v for k, v in obs.items()}
+        return {k: v.unsqueeze(0) if k in features else v for k, v in self.to_policy_input(obs).items()}
 
     def action(self, action: Tensor) -> Tensor:
         if self.slices_chunk and action.dim() == 3 and getattr(self.config, "n_action_steps", None):
