@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.cells import resolve  # noqa: E402
-from orchestrator.checkpoints import make_random_command  # noqa: E402
 from orchestrator.config import compose_config  # noqa: E402
+from orchestrator.config.cells import resolve  # noqa: E402
 from orchestrator.job import export_command, job_env  # noqa: E402
+from orchestrator.job.checkpoints import make_random_command  # noqa: E402
 
 
 def by_hand(policies: list[str], work: Path) -> float:

@@ -269,11 +269,11 @@ def one_sbatch_per_cell(out: Path, env: dict[str, str], conf: Path) -> tuple[flo
     sys.path.insert(0, str(ROOT))
     import submitit
 
-    from orchestrator.cells import resolve
     from orchestrator.config import compose_config
+    from orchestrator.config.cells import resolve
+    from orchestrator.config.schema import typed_launcher
     from orchestrator.launchers.slurm.cell_job import CellJob
     from orchestrator.launchers.slurm.submit import resources
-    from orchestrator.schema import typed_launcher
 
     os.environ["PATH"] = env["PATH"]
     composed = compose_config(["matrix=tracking", f"out_dir={out}", "launcher=slurm", *SMALL], conf)

@@ -11,8 +11,8 @@ from pathlib import Path
 from rich.markup import escape
 
 from .config import ConfigError, check_out_dir, compose_config
+from .config.fingerprint_cache import remember
 from .console import stderr_console
-from .fingerprint_cache import remember
 from .launchers.common import Interrupted
 
 
@@ -145,7 +145,7 @@ def _is_override(arg: str) -> bool:
 
 
 def cmd_cells(args: argparse.Namespace) -> int:
-    from .cells import resolve
+    from .config.cells import resolve
 
     for spec in resolve(compose_config(args.overrides, args.config_dir)):
         print(spec.id)
@@ -153,7 +153,7 @@ def cmd_cells(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .cells import resolve
+    from .config.cells import resolve
 
     composed = compose_config(args.overrides, args.config_dir)
     specs = resolve(composed, with_fingerprints=True)
@@ -162,7 +162,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
-    from .selection import select
+    from .config.selection import select
 
     if not (args.cells or args.failed or args.stale):
         raise ConfigError("rerun needs cell ids or patterns, --failed or --stale")
@@ -178,8 +178,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
 def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = False) -> int:
     from .launchers import launcher_for
-    from .prepare import build_missing_envs
-    from .sweep_lock import sweep_lock
+    from .launchers.prepare import build_missing_envs
+    from .launchers.sweep_lock import sweep_lock
 
     out_dir = Path(composed.cfg.out_dir)
     console = stderr_console()
@@ -192,7 +192,7 @@ def _launch(specs: list, composed, what: str, wait: bool = False, force: bool = 
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .cell_show import show_cells
+    from .status.cell_show import show_cells
 
     out_dir_of(args)
     print(show_cells(args.cell, args.overrides, args.config_dir), end="")
@@ -210,7 +210,7 @@ def out_dir_only(overrides: list[str]) -> list[str]:
 
 def out_dir_of(args: argparse.Namespace) -> Path:
     """The command's out_dir (composed without the matrix, cached), refused where it is a file."""
-    from .config_cache import composed_out_dir
+    from .config.config_cache import composed_out_dir
 
     return check_out_dir(composed_out_dir(out_dir_only(args.overrides), args.config_dir))
 
@@ -238,7 +238,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _recipe(args: argparse.Namespace):
-    from .cells import recipes
+    from .config.cells import recipes
 
     composed = compose_config([f"matrix.torch=[{args.name}]", *args.overrides], args.config_dir)
     found = recipes(composed)
@@ -266,7 +266,7 @@ def cmd_env_build(args: argparse.Namespace) -> int:
 
 def cmd_env_wheelhouse(args: argparse.Namespace) -> int:
     from .envs import EnvBuildError
-    from .wheelhouse import make_wheelhouse_logged
+    from .envs.wheelhouse import make_wheelhouse_logged
 
     recipe = _recipe(args)
     console = stderr_console()
@@ -282,8 +282,8 @@ def cmd_env_wheelhouse(args: argparse.Namespace) -> int:
 
 
 def cmd_env_list(args: argparse.Namespace) -> int:
-    from .cells import recipes
     from .config import to_plain
+    from .config.cells import recipes
 
     names = compose_config(args.overrides, args.config_dir).options["torch"]
     composed = compose_config([f"matrix.torch=[{','.join(names)}]", *args.overrides], args.config_dir)

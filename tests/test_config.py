@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cells import resolve
 from orchestrator.config import ConfigError, compose_config
+from orchestrator.config.cells import resolve
 
 from .conftest import cli, write
 
@@ -238,8 +238,8 @@ def test_show_takes_a_pattern_and_shows_every_cell_of_the_matrix_it_matches(tmp_
 def test_many_policies_compose_in_chunks_to_the_same_config(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunked composition (for hundreds of policies) gives what one composition gives, overrides and errors too."""
     from orchestrator import config
-    from orchestrator.cells import resolve
     from orchestrator.config import to_plain
+    from orchestrator.config.cells import resolve
 
     overrides = ["matrix=tracking", "policies.flux3.timeout_min=7", "+policies.act.env.X=1",
                  "policies.tdmpc_mpc.timeout_min=9", "gpus.h100.slurm.cpus_per_task=1", "exporter=lerobot_cuda",

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import PACKAGE_CONF, ConfigError
-from orchestrator.config_cache import KEPT, cache_path, composed_out_dir, kept
+from orchestrator.config.config_cache import KEPT, cache_path, composed_out_dir, kept
+from orchestrator.config.spec import cell_dir
 from orchestrator.record import Record, write_record
-from orchestrator.spec import cell_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,7 @@ def test_a_full_cache_keeps_the_newest_value(tmp_path: Path, monkeypatch: pytest
 
 
 def test_a_known_config_is_read_without_importing_hydra(tmp_path: Path) -> None:
-    script = ("import sys; from orchestrator.config_cache import composed_out_dir; "
+    script = ("import sys; from orchestrator.config.config_cache import composed_out_dir; "
               "print(composed_out_dir(['out_dir=/scratch/m'], None), 'hydra' in sys.modules)")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     runs = [subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import fingerprint_cache, specs_now
+from orchestrator.config import fingerprint_cache, specs_now
 from orchestrator.record import Record, write_record
 
 from .conftest import ROOT, write

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import gpu
-from orchestrator.job import run_cell
-from orchestrator.spec import CellSpec
+from orchestrator.config.spec import CellSpec
+from orchestrator.job import gpu, run_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOCATE = """

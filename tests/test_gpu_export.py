@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import gpu
+from orchestrator.job import gpu
 
 from .conftest import cli, record
 

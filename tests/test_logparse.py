@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.config import compose_config, to_plain
-from orchestrator.logparse import parse_log
+from orchestrator.job.logparse import parse_log
 
 from .conftest import ROOT
 

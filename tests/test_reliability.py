@@ -10,8 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator import owner
-from orchestrator.record import Record, read_record, write_record
+from orchestrator.record import Record, owner, read_record, write_record
 
 from .conftest import ROOT, record
 

@@ -1,4 +1,4 @@
-"""The configs' schemas (orchestrator/schema.py): Hydra checks the launcher as it composes, the axis entries are
+"""The configs' schemas (orchestrator/config/schema.py): Hydra checks the launcher as it composes, the axis entries are
 checked against theirs, every problem is one line, and what a config says reaches the job as written."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cells import resolve
 from orchestrator.config import ConfigError, compose_config
+from orchestrator.config.cells import resolve
 
 from .conftest import write
 

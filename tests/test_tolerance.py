@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cells import resolve
 from orchestrator.config import ConfigError, compose_config
+from orchestrator.config.cells import resolve
 from orchestrator.job import export_command
 
 from .conftest import cli, record, write

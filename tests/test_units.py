@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cells import expand
 from orchestrator.config import compose_config
+from orchestrator.config.cells import expand
+from orchestrator.config.specs_now import covering
 from orchestrator.launchers.slurm.manifest import Entry
 from orchestrator.launchers.slurm.sacct import JobState, lookup, parse_sacct
 from orchestrator.launchers.slurm.settle import settle, settled
 from orchestrator.record import Record, Status
-from orchestrator.specs_now import covering
 
 LINE = "{id}|{state}|{exit}|00:01:02|01:05:00|node-h100|2026-12-03T10:00:00"
 

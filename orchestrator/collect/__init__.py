@@ -15,7 +15,7 @@ from typing import Any
 
 from ..atomic import write_bytes_atomic
 from ..config import Composed, ConfigError, axis_list, compose_config, selected, to_plain
-from ..config_cache import kept
+from ..config.config_cache import kept
 from . import changes as changes_md
 from .catalog import CATALOG_NAME, load_catalog
 from .changes import SYMBOL_ORDER
@@ -33,7 +33,7 @@ CHANGES = "changes.md"
 
 def _plain_settings(composed: Composed, overrides: list[str]) -> dict[str, Any]:
     """What collect takes from the composed config, as JSON (config_cache.py keeps it)."""
-    from ..cells import expand
+    from ..config.cells import expand
 
     cfg = composed.cfg
     knobs = {**DEFAULTS, **(to_plain(cfg.get("collect")) or {})}
@@ -76,7 +76,7 @@ def _here(path: Path | str) -> str:
 def _pasteable(overrides: list[str], config_dir: Path | None) -> list[str]:
     """The overrides as a printed command carries them: `out_dir=` left out where it is the default out_dir, else
     relative to the current folder where it is inside it."""
-    from ..config_cache import composed_out_dir
+    from ..config.config_cache import composed_out_dir
 
     out = []
     for override in overrides:

@@ -34,7 +34,7 @@ def stale_cells(cells: pd.DataFrame, overrides: list[str], config_dir: Path | No
     if printed.empty:
         return set(), None
     # only where a record has a fingerprint: a tree of hand-made records imports and reads nothing more
-    from ..fingerprint_cache import current_config_keys
+    from ..config.fingerprint_cache import current_config_keys
 
     recorded = dict(zip(printed["id"].tolist(), printed["config_key"].tolist(), strict=True))
     try:
@@ -48,7 +48,7 @@ def _config_key(out_dir: Path, cell: str, recorded: str) -> str | None:
     """The record's config key: written by its sweep, or, for a record from before, computed from its configs."""
     if recorded != FROM_CONFIGS:
         return recorded
-    from ..fingerprint import config_key
+    from ..config.fingerprint import config_key
 
     try:
         with open(os.path.join(CellId.parse(cell).dir(out_dir), RECORD_NAME), "rb") as handle:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ..config.spec import CellSpec
     from ..record import Record
-    from ..spec import CellSpec
 
 # name -> (module, class): imported when chosen, so `cells` or `status` never load a launcher they do not use
 LAUNCHERS = {"local": (".local", "LocalLauncher"), "slurm": (".slurm.commands", "SlurmLauncher")}
@@ -28,7 +28,7 @@ class Launcher(Protocol):
 
 def launcher_for(launcher: Any) -> Launcher:
     """The launcher the config names, its settings checked (a one-line ConfigError otherwise)."""
-    from ..schema import launcher_name
+    from ..config.schema import launcher_name
 
     module, cls = LAUNCHERS[launcher_name(launcher)]
     return getattr(import_module(module, __name__), cls).from_config(launcher)

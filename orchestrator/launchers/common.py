@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from .. import owner
-from ..record import UNFINISHED, Status, read_record, start_attempt, write_record
-from ..spec import CellSpec
+from ..config.spec import CellSpec
+from ..record import UNFINISHED, Status, owner, read_record, start_attempt, write_record
 
 
 class Interrupted(Exception):

@@ -21,15 +21,14 @@ import submitit
 from rich.console import Console
 from rich.markup import escape
 
-from .. import gpu
+from ..config.schema import typed_launcher
+from ..config.spec import CellSpec
 from ..console import counts_text, describe, exit_code, stderr_console, summarize
 from ..console import progress as console_progress
-from ..job import now, run_cell
-from ..logparse import tail
-from ..process import KILL_GRACE_S, kill_tree, process_tree
+from ..job import gpu, now, run_cell
+from ..job.logparse import tail
+from ..job.process import KILL_GRACE_S, kill_tree, process_tree
 from ..record import UNFINISHED, UNREADABLE, Record, Status, read_record, write_record
-from ..schema import typed_launcher
-from ..spec import CellSpec
 from .common import Interrupted, gpus_requested, job_timeout_min, prepare
 
 CONTROLLER_LOG = "controllers.log"  # what submitit's job controllers print (their own tracebacks on Ctrl-C)

@@ -21,9 +21,9 @@ from orchestrator.collect.failure_summary import build_note
 from orchestrator.collect.render_md import md_text
 from orchestrator.collect.rules import join_ids, short_fixes
 from orchestrator.config import PACKAGE_CONF
+from orchestrator.config.selection import select
+from orchestrator.config.spec import cell_dir
 from orchestrator.record import Record, read_record, write_record
-from orchestrator.selection import select
-from orchestrator.spec import cell_dir
 
 from ..conftest import ROOT, write
 

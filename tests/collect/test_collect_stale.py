@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import specs_now
 from orchestrator.cli import main
-from orchestrator.fingerprint import env_identity, fingerprint
-from orchestrator.fingerprint_cache import CACHE_NAME
+from orchestrator.config import specs_now
+from orchestrator.config.fingerprint import env_identity, fingerprint
+from orchestrator.config.fingerprint_cache import CACHE_NAME
+from orchestrator.config.spec import cell_dir
 from orchestrator.record import Record, write_record
-from orchestrator.spec import cell_dir
 
 from ..conftest import cli, write
 

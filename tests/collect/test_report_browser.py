@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.config.spec import cell_dir
 from orchestrator.record import Record, write_record
-from orchestrator.spec import cell_dir
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")

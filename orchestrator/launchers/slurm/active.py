@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ...spec import CellSpec
+from ...config.spec import CellSpec
 from .follow import CellState, poll
 from .manifest import manifest_path
 

@@ -14,9 +14,9 @@ from typing import Any
 import submitit
 from submitit.core.utils import DelayedSubmission, UncompletedJobError
 
+from ...config.spec import CellSpec
 from ...job import Preempted, now, run_cell
 from ...record import Record, Status, read_record, write_record
-from ...spec import CellSpec
 
 # Slurm may send the --signal up to 60 s before the time it was asked for.
 SIGNAL_SLACK_S = 90

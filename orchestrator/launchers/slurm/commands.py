@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from ...config import ConfigError
+from ...config.schema import SlurmLauncherConf, typed_launcher
+from ...config.spec import CellSpec
 from ...console import exit_code, stderr_console, summarize
 from ...record import Record
-from ...schema import SlurmLauncherConf, typed_launcher
-from ...spec import CellSpec
 from .active import leave_active
 from .follow import CellState, wait_for
 from .manifest import MANIFEST, manifest_path

@@ -14,11 +14,11 @@ from pathlib import Path
 from rich.console import Console
 
 from ...cell_id import CellId
+from ...config.spec import cell_dir
 from ...console import counts_text
 from ...console import progress as console_progress
-from ...owner import current_record
 from ...record import UNFINISHED, Record, Status, write_record
-from ...spec import cell_dir
+from ...record.owner import current_record
 from .manifest import Entry, read_entries, read_manifest
 from .sacct import UNKNOWN_GRACE_S, JobState, lookup, sacct
 from .settle import settle, settled, settled_once

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...checkpoints import CheckpointFailed, ensure_random_checkpoint
+from ...config.spec import CellSpec
 from ...job import MAKE_RANDOM_LOG, current_job_id, job_env, now, probe_versions, stopped_by
-from ...logparse import last_error_line, tail
+from ...job.checkpoints import CheckpointFailed, ensure_random_checkpoint
+from ...job.logparse import last_error_line, tail
 from ...record import Status, Step, read_record, write_record
-from ...spec import CellSpec
 from .manifest import read_entries
 
 PREPARE_LOGS = "prepare"

@@ -10,10 +10,10 @@ import signal
 from pathlib import Path
 from typing import NamedTuple
 
+from ...config.spec import cell_dir
 from ...job import current_step, now
-from ...logparse import tail
+from ...job.logparse import tail
 from ...record import UNFINISHED, Record, Status
-from ...spec import cell_dir
 from .manifest import Entry
 from .sacct import UNKNOWN_GRACE_S, JobState
 

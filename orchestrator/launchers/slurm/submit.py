@@ -17,10 +17,10 @@ import submitit
 from rich.console import Console
 from rich.markup import escape
 
+from ...config.schema import SlurmLauncherConf
+from ...config.spec import CellSpec
 from ...job import now, refuse
 from ...record import Record
-from ...schema import SlurmLauncherConf
-from ...spec import CellSpec
 from ..common import job_timeout_min, prepare
 from .cell_job import CellJob
 from .limits import chunks, cluster_limits

@@ -21,13 +21,13 @@ from unittest import mock
 
 import yaml
 
-from .cell_id import CellId
-from .checkpoints import checkpoint_key, make_random_command
-from .config import SELECT_AXES, ConfigError, compose_config
-from .envs import PROBE
-from .job import BUNDLE_DIR, export_command, job_env
-from .spec import CellSpec
-from .specs_now import current_specs
+from ..cell_id import CellId
+from ..config import SELECT_AXES, ConfigError, compose_config
+from ..config.spec import CellSpec
+from ..config.specs_now import current_specs
+from ..envs import PROBE
+from ..job import BUNDLE_DIR, export_command, job_env
+from ..job.checkpoints import checkpoint_key, make_random_command
 
 GLOB = "*?["
 
@@ -58,7 +58,7 @@ def specs_shown(pattern: str, overrides: list[str], config_dir: Path | None) -> 
         if pattern not in specs:
             raise ConfigError(f"cell {pattern!r} is not in the configured matrix")
         return [specs[pattern]]
-    from .cells import resolve
+    from ..config.cells import resolve
 
     try:
         parts = CellId.parse(pattern)

@@ -8,10 +8,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from .envs import EnvBuildError, build_env_logged
-from .job import refuse
-from .record import Record, start_attempt
-from .spec import CellSpec
+from ..config.spec import CellSpec
+from ..envs import EnvBuildError, build_env_logged
+from ..job import refuse
+from ..record import Record, start_attempt
 
 
 def build_missing_envs(specs: list[CellSpec], console: Console) -> tuple[list[CellSpec], list[Record]]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 Check = Callable[[Any], bool]
 

@@ -17,20 +17,20 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
-from .config import selected, split_selection
-from .console import aligned, stderr_console
-from .fingerprint_cache import current_keys
-from .selection import is_stale, recorded
+from ..config import selected, split_selection
+from ..config.fingerprint_cache import current_keys
+from ..config.selection import is_stale, recorded
+from ..console import aligned, stderr_console
 
 if TYPE_CHECKING:
-    from .launchers.slurm.follow import CellState
+    from ..launchers.slurm.follow import CellState
 
 
 def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None,
                 polled: list[CellState] | None = None) -> int:
     """`polled`: the cells' states a caller (wait) has just asked Slurm for, so the table asks no second time."""
-    from .launchers.slurm.follow import poll
-    from .launchers.slurm.manifest import manifest_path
+    from ..launchers.slurm.follow import poll
+    from ..launchers.slurm.manifest import manifest_path
 
     errors = stderr_console()
     overrides, selection = split_selection(overrides)

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_json_atomic
+from ..atomic import write_json_atomic
 
 RECIPE_KEYS = ("python_version", "pip", "index_url", "lerobot", "transformers", "patches", "overrides")
 # a site-wide constraint (a pip.conf or UV_CONSTRAINT capping torch) would change what a recipe builds unseen
 LIFTED = ("PIP_CONSTRAINT", "UV_CONSTRAINT", "UV_OVERRIDE", "UV_BUILD_CONSTRAINT")
 OVERRIDES = "export-matrix-overrides.txt"
 FINGERPRINT = "export-matrix-env.json"
-PROBE = Path(__file__).parent / "scripts" / "probe.py"  # run with a build's interpreter: what it has
+PROBE = Path(__file__).parents[1] / "scripts" / "probe.py"  # run with a build's interpreter: what it has
 
 
 class EnvBuildError(RuntimeError):

@@ -6,11 +6,10 @@ import fnmatch
 import os
 from pathlib import Path
 
-from . import owner
-from .cell_id import CellId
-from .config import ConfigError, selected, split_selection
+from ..cell_id import CellId
+from ..record import UNFINISHED, Record, Status, owner, record_paths
+from . import ConfigError, selected, split_selection
 from .fingerprint_cache import current_keys
-from .record import UNFINISHED, Record, Status, record_paths
 from .spec import CellSpec
 from .specs_now import current_specs
 

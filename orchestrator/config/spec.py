@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cell_id import CellId
-from .envs import EnvRecipe
-from .record import Record
+from ..cell_id import CellId
+from ..envs import EnvRecipe
+from ..record import Record
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)

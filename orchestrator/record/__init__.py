@@ -14,9 +14,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_json_atomic
-from .cell_id import CellId
-from .jsonio import loads
+from ..atomic import write_json_atomic
+from ..cell_id import CellId
+from ..jsonio import loads
 
 RECORD_NAME = "record.json"
 LOCK_NAME = ".record.lock"

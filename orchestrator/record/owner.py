@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .record import UNFINISHED, Record, Status, read_record, write_record
+from . import UNFINISHED, Record, Status, read_record, write_record
 
 
 def _start_time(pid: int) -> str | None:

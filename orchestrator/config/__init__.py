@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 # Hydra is imported where a config is composed, not with this module: importing it takes a third of a second,
 # and `status` and `wait` usually need no composition (config_cache.py).
 
-PACKAGE_CONF = Path(__file__).resolve().parent.parent / "conf"
+PACKAGE_CONF = Path(__file__).resolve().parents[2] / "conf"
 PRIMARY = "export_matrix"
 # Axis groups that a matrix lists by name, and the node each one is composed under.
 AXES = {"policy": "policies", "gpu": "gpus", "torch": "builds", "exporter": "exporters"}
@@ -407,7 +407,7 @@ def _compose(overrides: list[str]) -> DictConfig:
 
 
 def _schema_error(exc: BaseException) -> ConfigError | None:
-    """A value that breaks a schema of orchestrator/schema.py, in its one line (Hydra wraps OmegaConf's error)."""
+    """A value that breaks a schema of config/schema.py, in its one line (Hydra wraps OmegaConf's error)."""
     from dataclasses import is_dataclass
 
     from .schema import one_line

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cell_id import CellId
-from .config import ConfigError, compose_config
+from ..cell_id import CellId
+from . import ConfigError, compose_config
 from .spec import CellSpec
 
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .config import ConfigError, check_out_dir
+from ..config import ConfigError, check_out_dir
 
 LOCK_NAME = ".export-matrix.lock"
 

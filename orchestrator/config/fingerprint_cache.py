@@ -23,10 +23,9 @@ from typing import Any
 
 import yaml
 
-from . import specs_now
-from .atomic import write_json_atomic
-from .config import PACKAGE_CONF, split_selection
-from .jsonio import loads
+from ..atomic import write_json_atomic
+from ..jsonio import loads
+from . import PACKAGE_CONF, specs_now, split_selection
 from .spec import CellSpec
 
 CACHE_NAME = ".fingerprints.json"
@@ -90,7 +89,7 @@ class ConfigFiles:
 
     def _patches(self, build: str) -> str:
         if build not in self._builds:
-            from .envs import _find_patch
+            from ..envs import _find_patch
 
             try:
                 text = self.files.get(f"torch{os.sep}{build}.yaml", b"")
@@ -231,7 +230,7 @@ def _store(out_dir: Path, cache: dict[str, Any], parts: dict[str, str], specs: d
     """Each key under its inputs. An interpreter is probed again: its site stamp is the one the probe took before
     reading the distributions, and a key is kept only where that read gives the distributions the key was
     computed with; so an install while the command ran is a miss next time, never a stale hit."""
-    from .envs import env_fingerprint
+    from ..envs import env_fingerprint
     from .fingerprint import installed_identity
 
     stamps: dict[str, str] = {}

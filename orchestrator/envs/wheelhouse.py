@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_bytes_atomic
-from .envs import EnvBuildError, EnvRecipe, _run, find_interpreter, index_args, lock_path, overrides_args, uv
+from ..atomic import write_bytes_atomic
+from . import EnvBuildError, EnvRecipe, _run, find_interpreter, index_args, lock_path, overrides_args, uv
 
 
 def make_wheelhouse(recipe: EnvRecipe, folder: Path, log: Any = None) -> Path:

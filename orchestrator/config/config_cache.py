@@ -15,9 +15,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_json_atomic
+from ..atomic import write_json_atomic
+from ..jsonio import loads
 from .fingerprint_cache import ConfigFiles, digest
-from .jsonio import loads
 
 KEPT = 64  # values remembered per kind (one per distinct config and overrides)
 
@@ -30,13 +30,13 @@ def cache_path(kind: str = "out_dirs") -> Path:
 def kept(kind: str, overrides: list[str], config_dir: Path | None, code: list[Path], extra: list[str],
          compose: Callable[[], Any]) -> Any:
     """compose()'s JSON value for this config and these overrides, from the cache when it has it. code: the
-    files whose logic makes the value (config.py and schema.py always count); extra: anything else it depends
+    files whose logic makes the value (config/__init__.py and schema.py always count); extra: anything else it depends
     on. A compose that raises (a bad override) is not kept."""
     files = ConfigFiles(config_dir)
     key = None
     if not files.interpolates and not any("${" in o for o in overrides):
         here = Path(__file__).parent
-        sources = [path.read_bytes() for path in (here / "config.py", here / "schema.py", *code)]
+        sources = [path.read_bytes() for path in (here / "__init__.py", here / "schema.py", *code)]
         key = digest([files.everything, *map(str, files.dirs), *overrides, "\0", *sources, _hydra_version(), "\0",
                       *extra])
     known = _read(kind) if key else {}
@@ -58,7 +58,7 @@ def composed_out_dir(overrides: list[str], config_dir: Path | None) -> Path:
     """out_dir as compose_config(overrides, config_dir) gives it: ConfigError where composing fails."""
 
     def compose() -> str:
-        from .config import compose_config
+        from . import compose_config
 
         return str(compose_config(overrides, config_dir).cfg.out_dir)
 

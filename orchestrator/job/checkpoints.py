@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_json_atomic
+from ..atomic import write_json_atomic
 from .process import run_logged
 
-MAKE_RANDOM = Path(__file__).resolve().parent / "scripts" / "make_random.py"
+MAKE_RANDOM = Path(__file__).resolve().parents[1] / "scripts" / "make_random.py"
 MARKER = "make_random.json"
 
 

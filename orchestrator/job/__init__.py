@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import gpu, owner
+from ..config.spec import PACKAGE_DIR, CellSpec
+from ..envs import PROBE
+from ..record import RESUME_DIR, Record, Status, Step, owner, read_record, write_record
+from . import gpu
 from .checkpoints import CheckpointFailed, ensure_random_checkpoint
-from .envs import PROBE
 from .logparse import last_error_line, parse_log, tail
 from .process import StepInterrupted, run_logged
-from .record import RESUME_DIR, Record, Status, Step, read_record, write_record
-from .spec import PACKAGE_DIR, CellSpec
 
 EXPORT_LOG = "export.log"
 MAKE_RANDOM_LOG = "make_random.log"

@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any
 
-from .envs import EnvRecipe, env_fingerprint
+from ..envs import EnvRecipe, env_fingerprint
 
 
 def env_identity(python: str, recipe: EnvRecipe | None) -> dict[str, Any]:

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import Composed, ConfigError, axis_list, number, selected, to_plain
-from .envs import EnvRecipe, is_recipe, recipe_of
+from ..envs import EnvRecipe, is_recipe, recipe_of
+from . import Composed, ConfigError, axis_list, number, selected, to_plain
 from .fingerprint import GPU_NEEDS, env_identity, fingerprint
 from .schema import AXES, check_axis, typed_launcher
 from .spec import CellSpec
