@@ -32,6 +32,10 @@ then, as the last line,
   time   median of the eager composition and of the ExecuTorch program, after warm-ups, as the fork times:
          `Exported policy timing: eager 73.012 ms, exported 429.100 ms (median of 100 runs)`. Without --runs:
          100 runs after 20 warm-ups; where a chunk takes over a second, 1 warm-up and the runs that fit in 30 s.
+  kernels  where the exported program is slower than eager (or --kernels): a few more runs of each side under
+         torch.profiler, each side's top 10 operators by CPU self time (kernel_profile.py; the ExecuTorch
+         runtime's own kernels are one row, invisible to torch.profiler), in export_info.json's `kernels` and the
+         line `Exported policy kernels: {...}`. It never fails the export.
 
 OUT/export_info.json records the result (max_diff, tolerance and where it came from, eager_ms, exported_ms,
 each step's seconds, peak RSS, the failed step and its error), whether the export succeeded or not.
@@ -66,7 +70,7 @@ class CpuExport(PolicyExport):
 
     exporter = "executorch_cpu"
     device = "cpu"
-    STEPS = ("load", "trace", "lower", "write", "check", "time")
+    STEPS = ("load", "trace", "lower", "write", "check", "time", "kernels")
 
     # lower -------------------------------------------------------------------------------------------
     def lower(self) -> None:

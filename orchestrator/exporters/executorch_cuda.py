@@ -36,6 +36,10 @@ The steps are the fork's (`lerobot-export --backend.type=executorch_cuda`), so t
   time           the checked program's median after warm-ups (20 + 100 runs, fewer for chunks over a second),
                  CUDA-synchronized, against eager's
                  (timed in load, export_base.time_eager: the same compose over the traced modules).
+  kernels        where the exported program is slower than eager (or --kernels): a few more runs of each side
+                 under torch.profiler, each side's top 10 CUDA kernels by GPU time with calls per run, ms per call
+                 and share (kernel_profile.py), in export_info.json's `kernels` and the line
+                 `Exported policy kernels: {...}`. It never fails the export.
 
 RESUME is $EXPORT_MATRIX_RESUME_DIR (the orchestrator sets <cell>/resume, kept across attempts), else OUT/resume.
 An attempt that finds it complete and keyed to the same checkpoint, task, tolerance, versions and exporter
@@ -62,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_program  # noqa: E402
 from export_base import PolicyExport, log, parse_args, versions  # noqa: E402
 
-RESUMED_STEPS = ("load", "reload", "compile-model", "write", "check", "time")
+RESUMED_STEPS = ("load", "reload", "compile-model", "write", "check", "time", "kernels")
 SOURCES = ("export_base.py", "policy_adapters.py", "random_inputs.py", "executorch_cuda.py", "cuda_program.py",
            "aoti_runner.py")
 
@@ -70,7 +74,7 @@ SOURCES = ("export_base.py", "policy_adapters.py", "random_inputs.py", "executor
 class CudaExport(PolicyExport):
     exporter = "executorch_cuda"
     device = "cuda"
-    STEPS = ("load", "trace", "save", "reload", "compile-model", "write", "check", "time")
+    STEPS = ("load", "trace", "save", "reload", "compile-model", "write", "check", "time", "kernels")
 
     def __init__(self, args):
         super().__init__(args)

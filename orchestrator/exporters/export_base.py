@@ -69,6 +69,9 @@ def parse_args(prog: str, description: str, argv: list[str] | None = None) -> ar
                    help=f"untimed runs before the timed ones (default: {WARMUPS}; 1 where a chunk takes over a second)")
     p.add_argument("--vision_autocast", action="store_true",
                    help="pi0/pi05: the vision tower under bf16 autocast on CUDA, as the fork runs it")
+    p.add_argument("--kernels", action="store_true",
+                   help="profile both sides' kernels after timing whatever the speedup (default: only where the "
+                        "exported program is slower than eager; kernel_profile.py)")
     args = p.parse_args(argv)
     if args.runs is not None and args.runs < 1:
         p.error("--runs must be at least 1")
@@ -330,6 +333,30 @@ class PolicyExport:
             flush=True,
         )
         print(f"Exported policy timing detail: {json.dumps(timing)}", flush=True)
+
+    # kernels -----------------------------------------------------------------------------------------
+    def kernels(self) -> None:
+        """After `time`: each side's top kernels where the program is slower than eager or --kernels asks
+        (kernel_profile.py). Never fails the export: a profiler that fails leaves its reason in the breakdown."""
+        import kernel_profile
+
+        exported_ms, eager_ms = self.info.get("exported_ms"), self.info.get("eager_ms")
+        speedup = eager_ms / exported_ms if eager_ms and exported_ms else None
+        why = kernel_profile.reason(speedup, self.args.kernels)
+        if why is None:
+            log("kernels", "not profiled: " + (f"the exported program runs at {speedup:.2f}× eager's speed"
+                                               if speedup else "no timing") + " (--kernels profiles it anyway)")
+            return
+        unit = "gpu" if self.device == "cuda" else "cpu"
+        log("kernels", f"{why}: torch.profiler over a few runs of each side; {kernel_profile.MEASURES[unit]} ...")
+        eager = (self.eager_programs, eager_ms) if hasattr(self, "policy") else \
+            "not profiled: this attempt resumed from saved programs without loading the policy"
+        found = kernel_profile.breakdown({"eager": eager, "exported": (self.program_outputs, exported_ms)}, unit,
+                                         why, self.sync)
+        self.info["kernels"] = found
+        for line in kernel_profile.log_lines(found):
+            log("kernels", line)
+        print(f"Exported policy kernels: {json.dumps(found)}", flush=True)
 
     # driver ------------------------------------------------------------------------------------------
     def write_info(self) -> None:
