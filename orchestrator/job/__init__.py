@@ -227,18 +227,30 @@ def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offs
         record.tolerance = found.get("declared_tolerance")
     record.checked_files = found.get("checked_files") or {}
     record.timing = found.get("timing") or {}
+    record.kernels = found.get("kernels")  # where the program was slower than eager (exporters/kernel_profile.py)
     record.resumed = bool(found.get("resumed"))
     record.steps_s = found.get("steps_s") or {}
     record.peak_gpu_phases = found.get("peak_gpu_phases") or {}
     record.log_tail = tail(text, spec.parse["tail_lines"])
     record.finish(Status.PASSED)
     stopped = stopped_by(outcome.timed_out, outcome.returncode, spec.timeout_min, "the export", "the exporter")
+    if (stopped or outcome.returncode != 0) and _decided_before_kernels(found):
+        # checked and timed before the kernels step began: how the profiler ended is the breakdown's, not the cell's
+        why = stopped[1] if stopped else f"the exporter exited with status {outcome.returncode}"
+        record.kernels = {"error": f"the exporter ended while profiling: {why}"}
+        return
     if stopped:
         record.finish(stopped[0], found.get("failed_step") or found.get("last_step") or Step.EXPORT, stopped[1])
     elif outcome.returncode != 0 or found.get("test_case") == "failed":
         step = found.get("failed_step") or (Step.CHECK if found.get("test_case") == "failed" else Step.EXPORT)
         record.finish(Status.OOM if found.get("oom") else Status.FAILED, step,
                       found.get("error") or f"the exporter exited with status {outcome.returncode}")
+
+
+def _decided_before_kernels(found: dict[str, Any]) -> bool:
+    """The embedded exporter's last step, `kernels`, had begun after its check passed and both sides were timed."""
+    return found.get("last_step") == "kernels" and found.get("test_case") == "passed" \
+        and found.get("exported_ms") is not None and not found.get("failed_step")
 
 
 def _bundle_tolerance(record: Record, path: Path) -> None:

@@ -66,7 +66,7 @@ def _embedded_lines(text: str, patterns: dict[str, Any]) -> dict[str, Any]:
         found["last_step"] = hits[-1]["step"]
     if patterns.get("step_seconds"):
         found["steps_s"] = {hit["step"]: _number(hit["seconds"]) for hit in re.finditer(patterns["step_seconds"], text)}
-    for key, pattern in (("checked_files", "checked_files"), ("timing", "timing_detail")):
+    for key, pattern in (("checked_files", "checked_files"), ("timing", "timing_detail"), ("kernels", "kernels")):
         hits = list(re.finditer(patterns[pattern], text)) if patterns.get(pattern) else []
         if hits:
             try:

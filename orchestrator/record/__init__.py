@@ -87,6 +87,8 @@ class Record:
     check_reason: str | None = None  # why not executorch (aoti), why nothing could run (none)
     checked_files: dict[str, str] = field(default_factory=dict)  # the written files the check loaded: sha256
     timing: dict[str, Any] = field(default_factory=dict)  # what eager_ms and exported_ms each timed, runs, warm-up
+    # where the program was slower than eager (or --kernels): each side's top kernels (exporters/kernel_profile.py)
+    kernels: dict[str, Any] | None = None
     resumed: bool = False  # the export started from a saved program of an earlier attempt (no load/trace/save)
     steps_s: dict[str, float] = field(default_factory=dict)  # the exporter's steps ("compile-model": 41.2)
     check_runs: list[float] = field(default_factory=list)  # max_diff of each run of a check repeated near its limit
