@@ -288,6 +288,7 @@ class PolicyExport:
                     f"rng_in_program: {', '.join(left)} (method {method}): the exported program still draws random "
                     "numbers, so its check would compare two random draws; not compared")
             self.eps[method] = ep
+            self.traced = self.eps  # what a failed lowering keeps for `export-matrix repro` (failure_evidence.py)
             nodes = sum(1 for _ in ep.graph.nodes)
             self.info["graph_nodes"][method] = nodes
             log("trace", f"{method}: exported program with {nodes} nodes")
@@ -386,6 +387,9 @@ class PolicyExport:
                 self.info["error"] = f"{name}: {e}"[:4000]
                 sys.stdout.flush()
                 traceback.print_exc()
+                from failure_evidence import after_failure
+
+                after_failure(self, step, e)  # the programs a repro starts from, or where the trace stopped
                 if self.wrote_pte and self.pte.exists():
                     self.pte.replace(self.pte.with_name("model.pte.failed"))
                 self.write_info()

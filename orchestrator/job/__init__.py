@@ -219,7 +219,7 @@ def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offs
     record.export_s = round((record.export_s or 0) + outcome.seconds, 2)  # every run of a repeated check
     record.peak_gpu_mib = max(filter(None, (record.peak_gpu_mib, outcome.peak_gpu_mib)), default=None)
     for key in ("max_diff", "tolerance", "margin", "eager_ms", "exported_ms", "speedup", "check", "check_reason",
-                "repro", "tolerance_source"):
+                "repro", "tolerance_source", "trace_site"):
         setattr(record, key, found.get(key))
     if record.tolerance_source is None:  # the fork's CLI: its bundle's export.json, else its check line
         _bundle_tolerance(record, spec.cell_dir / BUNDLE_DIR / EXPORT_JSON)

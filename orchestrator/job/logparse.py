@@ -73,6 +73,9 @@ def _embedded_lines(text: str, patterns: dict[str, Any]) -> dict[str, Any]:
                 found[key] = json.loads(hits[-1]["json"])
             except ValueError:
                 found[key] = {"unreadable": hits[-1]["json"][:200]}
+    hits = list(re.finditer(patterns["trace_site"], text)) if patterns.get("trace_site") else []
+    if hits:
+        found["trace_site"] = hits[-1]["site"].strip()
     if patterns.get("resumed") and re.search(patterns["resumed"], text):
         found["resumed"] = True
     hits = list(re.finditer(patterns["repro"], text)) if patterns.get("repro") else []

@@ -93,6 +93,7 @@ class Record:
     steps_s: dict[str, float] = field(default_factory=dict)  # the exporter's steps ("compile-model": 41.2)
     check_runs: list[float] = field(default_factory=list)  # max_diff of each run of a check repeated near its limit
     repro: dict[str, Any] | None = None  # a standalone repro's result: row, reproduced, summary, measurements
+    trace_site: str | None = None  # a trace failure: the user code line where tracing stopped (file:N in fn: code)
     fixes: list[str] = field(default_factory=list)
     versions: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None
