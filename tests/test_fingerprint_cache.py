@@ -95,7 +95,7 @@ def test_status_marks_the_edited_cells_stale(setup) -> None:
         done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", "--config-dir", str(conf),
                                f"out_dir={out}"], capture_output=True, text=True, cwd=ROOT, check=True)
         rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
-        return {row[0] for row in rows if row[-1] == "stale" and "/" in row[0]}
+        return {row[0] for row in rows if row[-3:] == ["stale", "(config", "changed)"] and "/" in row[0]}
 
     # a record of a policy this config lacks (swept with another --config-dir): shown, nothing to compare
     write_record(out / "cells" / "elsewhere" / "h100" / "stock", Record(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..envs import EnvRecipe, is_recipe, recipe_of
 from . import Composed, ConfigError, axis_list, number, selected, to_plain
-from .fingerprint import GPU_NEEDS, env_identity, fingerprint
+from .fingerprint import GPU_NEEDS, code_identity, env_identity, fingerprint
 from .schema import AXES, check_axis, typed_launcher
 from .spec import CellSpec
 
@@ -104,7 +104,9 @@ def resolve(composed: Composed, with_fingerprints: bool = False) -> list[CellSpe
                 ckpt_dir=str(Path(cfg.ckpt_dir).expanduser().absolute()),
                 configs=configs,
                 recipe=recipe if not build.get("python") else None,
-                fingerprint=fingerprint(configs, identities[cell["torch"]]) if with_fingerprints else {},
+                fingerprint=fingerprint(configs, identities[cell["torch"]],
+                                        code_identity(recipe if not build.get("python") else None))
+                if with_fingerprints else {},
                 requires_cuda=bool(exporter.get("requires_cuda")),
                 repeat=repeat,
                 tolerance=None if policy.get("tolerance") is None else float(policy["tolerance"]),

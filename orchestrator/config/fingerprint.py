@@ -4,7 +4,9 @@ The key covers the resolved policy, gpu, torch and exporter configs (make_random
 them) and the build's environment: a recipe's digest (requirements, index, patch bytes) or, for an interpreter
 we did not build, its installed distributions. The GPU name and driver that the job saw are kept in the record's
 fingerprint too, but only the config can be compared before a job runs, so they are not in the key.
-`config_key` leaves an interpreter's distributions out: what collect compares, wherever it runs.
+`config_key` leaves an interpreter's distributions out: what collect compares, wherever it runs. `code_key`, for
+a recipe build with `lerobot:`, leaves that requirement out of the configs and the recipe's digest: where only it
+changed, the files the cell loaded decide (docs/bump.md).
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ def env_identity(python: str, recipe: EnvRecipe | None) -> dict[str, Any]:
         patches = dict(zip((p.name for p in recipe.patches), recipe.patch_sha, strict=True))
         return {"recipe": recipe.digest, "patches": patches}
     return installed_identity(python, env_fingerprint(python))
+
+
+def code_identity(recipe: EnvRecipe | None) -> dict[str, Any] | None:
+    """env_identity without the `lerobot:` requirement; None where the build is no recipe with one."""
+    if recipe is None or recipe.code_digest is None:
+        return None
+    patches = dict(zip((p.name for p in recipe.patches), recipe.patch_sha, strict=True))
+    return {"recipe": recipe.code_digest, "patches": patches}
 
 
 def installed_identity(python: str, found: dict[str, Any]) -> dict[str, Any]:
@@ -41,10 +51,23 @@ def _keyed(configs: Any) -> Any:
     return {**configs, "gpu": {k: v for k, v in gpu.items() if k not in GPU_NEEDS}}
 
 
-def fingerprint(configs: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+def fingerprint(configs: dict[str, Any], env: dict[str, Any], code: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`code`: code_identity of the build, where it has one; then the fingerprint has a `code_key` too."""
     blob = json.dumps({"configs": _keyed(configs), "env": env}, sort_keys=True, default=str)
-    return {"key": hashlib.sha256(blob.encode()).hexdigest()[:16], "config_key": config_key(configs, env),
-            "configs": configs, "env": env}
+    found = {"key": hashlib.sha256(blob.encode()).hexdigest()[:16], "config_key": config_key(configs, env),
+             "configs": configs, "env": env}
+    if code is not None:
+        found["code_key"] = code_key(configs, code)
+    return found
+
+
+def code_key(configs: dict[str, Any], code: dict[str, Any]) -> str:
+    """The key with the build's `lerobot:` left out: equal before and after a bump of that alone."""
+    torch = configs.get("torch") if isinstance(configs, dict) else None
+    if isinstance(torch, dict):
+        configs = {**configs, "torch": {k: v for k, v in torch.items() if k != "lerobot"}}
+    blob = json.dumps({"configs": _keyed(configs), "env": code}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def config_key(configs: dict[str, Any], env: dict[str, Any] | None) -> str:

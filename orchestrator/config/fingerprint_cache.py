@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -137,29 +138,50 @@ def read_cache(out_dir: Path) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True)
+class Current:
+    """What the config gives a cell now: its fingerprint key and, for a recipe build with `lerobot:`, its code key
+    (the key without that requirement) and the interpreter of the environment the recipe builds."""
+
+    key: str
+    code_key: str | None = None
+    python: str | None = None
+
+    @classmethod
+    def of(cls, spec: CellSpec) -> Current:
+        code = spec.fingerprint.get("code_key")
+        return cls(spec.fingerprint["key"], code, spec.python if code else None)
+
+
 def current_keys(out_dir: Path, cell_ids: list[str], overrides: list[str],
                  config_dir: Path | None) -> dict[str, str]:
     """Each cell's fingerprint key as the config gives it now (cells the config does not have are left out)."""
+    return {c: found.key for c, found in current_fingerprints(out_dir, cell_ids, overrides, config_dir).items()}
+
+
+def current_fingerprints(out_dir: Path, cell_ids: list[str], overrides: list[str],
+                         config_dir: Path | None) -> dict[str, Current]:
+    """current_keys with each cell's code key and recipe interpreter (cells the config does not have: left out)."""
     files = ConfigFiles(config_dir)
     if files.interpolates:
-        return {c: s.fingerprint["key"] for c, s in specs_now.current_specs(cell_ids, overrides, config_dir).items()}
+        return {c: Current.of(s) for c, s in specs_now.current_specs(cell_ids, overrides, config_dir).items()}
     cache = read_cache(out_dir)
     parts = {c: files.cell_part(c, _relevant(overrides)) for c in cell_ids}
-    keys: dict[str, str] = {}
+    keys: dict[str, Current] = {}
     missed: list[str] = []
     stamps: dict[str, str] = {}
     for cell_id, part in parts.items():
-        hit = next((e["key"] for e in cache["cells"].get(cell_id) or []
-                    if e.get("inputs") == _inputs(part, e, cache["pythons"], stamps)), None)
+        hit = next((e for e in cache["cells"].get(cell_id) or []
+                    if "code_key" in e and e.get("inputs") == _inputs(part, e, cache["pythons"], stamps)), None)
         if hit is not None:
-            keys[cell_id] = hit
+            keys[cell_id] = Current(hit["key"], hit["code_key"], hit.get("interpreter"))
         else:
             missed.append(cell_id)
     missed = [c for c in missed if files.knows(c)]  # a cell of names the config lacks has no key to compare
     if not missed:
         return keys
     specs = specs_now.current_specs(missed, overrides, config_dir)
-    keys.update({cell_id: spec.fingerprint["key"] for cell_id, spec in specs.items()})
+    keys.update({cell_id: Current.of(spec) for cell_id, spec in specs.items()})
     _store(out_dir, cache, {c: parts[c] for c in specs}, specs)
     return keys
 
@@ -246,7 +268,8 @@ def _store(out_dir: Path, cache: dict[str, Any], parts: dict[str, str], specs: d
             identities[python] = installed_identity(python, found)
         if python and spec.fingerprint.get("env") != identities[python]:
             continue  # the env changed after this key was computed
-        entry = {"python": python, "key": spec.fingerprint["key"]}
+        current = Current.of(spec)
+        entry = {"python": python, "key": current.key, "code_key": current.code_key, "interpreter": current.python}
         entry["inputs"] = _inputs(parts[cell_id], entry, cache["pythons"], stamps)
         others = [e for e in cache["cells"].get(cell_id) or [] if e.get("inputs") != entry["inputs"]]
         cache["cells"][cell_id] = [entry, *others][:KEPT]

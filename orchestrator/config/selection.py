@@ -9,9 +9,10 @@ from pathlib import Path
 from ..cell_id import CellId
 from ..record import UNFINISHED, Record, Status, owner, record_paths
 from . import ConfigError, selected, split_selection
-from .fingerprint_cache import current_keys
+from .fingerprint_cache import current_fingerprints
 from .spec import CellSpec
 from .specs_now import current_specs
+from .staleness import stale_reasons
 
 
 def recorded(out_dir: Path) -> dict[str, Record]:
@@ -42,8 +43,9 @@ def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overri
     if failed:
         chosen += [c for c, r in records.items() if r.status not in (Status.PASSED, *UNFINISHED) and c not in chosen]
     if stale:
-        keys = current_keys(out_dir, sorted(records), overrides, config_dir)
-        chosen += [c for c, r in records.items() if c not in chosen and c in keys and is_stale(r, keys[c])]
+        current = current_fingerprints(out_dir, sorted(records), overrides, config_dir)
+        reasons = stale_reasons(out_dir, records, current)
+        chosen += [c for c in records if c not in chosen and c in reasons]
     specs = current_specs(chosen, overrides, config_dir)
     missing = [c for c in chosen if c not in specs]
     if missing:
@@ -51,7 +53,3 @@ def select(out_dir: Path, patterns: list[str], failed: bool, stale: bool, overri
                           "the cell does not)")
     return [specs[c] for c in chosen]
 
-
-def is_stale(record: Record, key: str) -> bool:
-    """The record was made from other configs or another environment than the current config gives the cell."""
-    return (record.fingerprint or {}).get("key") != key

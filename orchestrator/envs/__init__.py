@@ -43,6 +43,7 @@ class EnvRecipe:
     patches: list[Path]
     envs_dir: Path
     overrides: tuple[str, ...] = ()
+    lerobot: str | None = None  # the requirement `lerobot:` gave (one of `requirements`), where it gave one
 
     @property
     def patch_sha(self) -> list[str]:
@@ -50,7 +51,18 @@ class EnvRecipe:
 
     @property
     def digest(self) -> str:
-        fields = {"python": self.python_version, "requirements": self.requirements, "index_url": self.index_url,
+        return self._digest(self.requirements)
+
+    @property
+    def code_digest(self) -> str | None:
+        """The digest with the `lerobot:` requirement left out (None without one): what a LeRobot bump keeps, so
+        the loaded-files rule decides which cells it touched (docs/bump.md)."""
+        if self.lerobot is None:
+            return None
+        return self._digest([r for r in self.requirements if r != self.lerobot])
+
+    def _digest(self, requirements: list[str]) -> str:
+        fields = {"python": self.python_version, "requirements": requirements, "index_url": self.index_url,
                   "patches": self.patch_sha}
         if self.overrides:  # only then: the digests (and built envs) of recipes without overrides stay as they were
             fields["overrides"] = list(self.overrides)
@@ -81,15 +93,18 @@ def is_recipe(build: dict[str, Any]) -> bool:
 def recipe_of(name: str, build: dict[str, Any], config_dirs: list[Path], envs_dir: Path) -> EnvRecipe:
     """The recipe of torch build `name`; patch paths are relative to the config dirs, searched in order."""
     requirements = [str(r) for r in build.get("pip") or []]
+    named: dict[str, str] = {}
     for package in ("lerobot", "transformers"):
         value = build.get(package)
         if value:
             value = str(value)
-            requirements.append(value if any(c in value for c in "=<>@ ") else f"{package}=={value}")
+            named[package] = value if any(c in value for c in "=<>@ ") else f"{package}=={value}"
+            requirements.append(named[package])
     patches = [_find_patch(name, str(p), config_dirs) for p in build.get("patches") or []]
     return EnvRecipe(name=name, python_version=str(build.get("python_version") or "3.12"),
                      requirements=requirements, index_url=build.get("index_url"), patches=patches,
-                     envs_dir=envs_dir.absolute(), overrides=tuple(str(o) for o in build.get("overrides") or []))
+                     envs_dir=envs_dir.absolute(), overrides=tuple(str(o) for o in build.get("overrides") or []),
+                     lerobot=named.get("lerobot"))
 
 
 def _find_patch(build: str, patch: str, config_dirs: list[Path]) -> Path:
@@ -247,6 +262,15 @@ def no_solution(output: str) -> str | None:
     pins = [c for c in clauses if re.search(r"\bdepends? on\b", c)] or clauses
     return (f"no solution: {'; '.join(dict.fromkeys(pins))} (a recipe's overrides: replace a dependency's pins)"
             if pins else None)
+
+
+def import_roots(python: str) -> list[str] | None:
+    """The interpreter's sys.path folders in import order (probe.py --paths); None where it cannot say."""
+    try:
+        done = subprocess.run([python, str(PROBE), "--paths"], capture_output=True, text=True, timeout=120)
+        return [str(p) for p in json.loads(done.stdout)] if done.returncode == 0 else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
 
 
 def env_fingerprint(python: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -19,7 +20,7 @@ from typing import Any
 
 from ..config.spec import PACKAGE_DIR, CellSpec
 from ..envs import PROBE
-from ..record import RESUME_DIR, Record, Status, Step, owner, read_record, write_record
+from ..record import RESUME_DIR, Record, Status, Step, loaded, owner, read_record, write_record
 from . import gpu
 from .checkpoints import CheckpointFailed, ensure_random_checkpoint
 from .logparse import last_error_line, parse_log, tail
@@ -30,6 +31,7 @@ MAKE_RANDOM_LOG = "make_random.log"
 BUNDLE_DIR = "bundle"
 EXPORT_JSON = "export.json"  # what the fork's CLI writes into the bundle: {"tolerance": <float>, ...}
 INDUCTOR_CACHE = "inductor_cache"
+LOADED_LISTS = ".loaded"  # each process of the export step lists its loaded files here (record/loaded.py)
 
 
 def now() -> str:
@@ -172,6 +174,7 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
         seen = {k: record.versions.get(k) for k in ("gpu_name", "gpu_driver") if record.versions.get(k)}
         record.fingerprint = {**spec.fingerprint, **seen}
     ckpt = spec.checkpoint.get("path", "")
+    made: dict[str, str] | None = {}  # what make_random loaded making this cell's checkpoint (None: not listed)
     if "random" in spec.checkpoint:
         record.logs["make_random"] = MAKE_RANDOM_LOG
         log = cell_dir / MAKE_RANDOM_LOG
@@ -187,20 +190,25 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
         if not built.built:  # held by another job building it (a GPU held idle, unless a CPU job built it first)
             record.checkpoint_wait_s = round(built.seconds, 2)
         ckpt = str(built.path)
+        made = built.loaded_files
     record.checkpoint = ckpt
     bundle = cell_dir / BUNDLE_DIR
     bundle.mkdir(exist_ok=True)
     record.command = export_command(spec, ckpt, bundle)
     log = cell_dir / EXPORT_LOG
+    listed = cell_dir / LOADED_LISTS
+    step_env = loaded.step_env(env, listed)
     diffs: list[float] = []
+    whole = True  # every run of the export exited on its own and listed its files
     while True:
         offset = log.stat().st_size if log.exists() else 0
         with open(log, "a") as handle:
             again = f"repeat {len(diffs) + 1} of {spec.repeat['runs']}: the check sat near its tolerance; " if diffs \
                 else ""
             handle.write(f"[export-matrix] {again}{json.dumps(record.command)}\n")
-        outcome = run_logged(record.command, log, env, timeout_s, cwd=cell_dir)
+        outcome = run_logged(record.command, log, step_env, timeout_s, cwd=cell_dir)
         _record_export(record, spec, outcome, log, offset)
+        whole = whole and loaded.complete(listed, outcome.pid, outcome.timed_out, outcome.returncode)
         if not _checked(record, outcome):
             break
         diffs.append(record.max_diff)
@@ -209,6 +217,18 @@ def _run_steps(spec: CellSpec, record: Record, cell_dir: Path) -> None:
             break  # far from the limit: one run; near it: `runs` in all
     if len(diffs) > 1:
         _summarize_runs(record, diffs)
+    _keep_loaded(record, cell_dir, made if whole and made is not None else None)
+
+
+def _keep_loaded(record: Record, cell_dir: Path, made: dict[str, str] | None) -> None:
+    """loaded_files.txt beside the record: the export's files and make_random's (its checkpoint's list); the
+    record keeps its digest. None (`made` None) where a run of the export was killed or its process wrote no
+    list: a partial list could leave a changed file out, so such a record is judged by the recipe rule."""
+    listed = cell_dir / LOADED_LISTS
+    files = loaded.gathered(listed) if made is not None else {}
+    shutil.rmtree(listed, ignore_errors=True)
+    if files and made is not None:
+        record.loaded_files = loaded.write_list(cell_dir / loaded.LOADED_NAME, loaded.merged(files, made))
 
 
 def _record_export(record: Record, spec: CellSpec, outcome: Any, log: Path, offset: int) -> None:

@@ -1,5 +1,8 @@
 """make_random's cache: one random checkpoint per (policy type, overrides, lerobot version), built once.
 
+A lerobot from a git URL or a folder reports its version with a digest of its sources (probe.py), so a branch
+bump builds new checkpoints. Each keeps the files make_random loaded (loaded_files.txt) for its cells' lists.
+
 Two jobs that want the same checkpoint at once take a file lock; the loser finds it built. A checkpoint is
 built in a temporary folder and renamed into place, so a killed build never leaves a half checkpoint behind.
 """
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_json_atomic
+from ..record import loaded
 from .process import run_logged
 
 MAKE_RANDOM = Path(__file__).resolve().parents[1] / "scripts" / "make_random.py"
@@ -36,6 +40,11 @@ class Checkpoint:
     key: str
     seconds: float
     built: bool
+
+    @property
+    def loaded_files(self) -> dict[str, str] | None:
+        """What make_random loaded building it (loaded_files.txt in the checkpoint); None where it has no list."""
+        return loaded.read_list(self.path / loaded.LOADED_NAME)
 
 
 def checkpoint_key(policy_type: str, overrides: dict[str, Any], lerobot_version: str) -> str:
@@ -69,10 +78,17 @@ def ensure_random_checkpoint(
         command = make_random_command(python, policy_type, building, overrides)
         with open(log_path, "a") as log:
             log.write(f"[export-matrix] {json.dumps(command)}\n")
-        outcome = run_logged(command, log_path, env, timeout_s)
+        listed = ckpt_dir / f".{key}.loaded"
+        shutil.rmtree(listed, ignore_errors=True)
+        outcome = run_logged(command, log_path, loaded.step_env(env, listed), timeout_s)
         if outcome.returncode != 0 or outcome.timed_out:
             shutil.rmtree(building, ignore_errors=True)
+            shutil.rmtree(listed, ignore_errors=True)
             raise CheckpointFailed(outcome.returncode, outcome.timed_out, outcome.seconds)
+        files = loaded.gathered(listed) if loaded.complete(listed, outcome.pid, False, outcome.returncode) else {}
+        shutil.rmtree(listed, ignore_errors=True)
+        if files:
+            loaded.write_list(building / loaded.LOADED_NAME, files)
         write_json_atomic(building / MARKER, {"type": policy_type, "overrides": overrides,
                                               "lerobot": lerobot_version,
                                               "seconds": round(outcome.seconds, 2)})

@@ -24,6 +24,7 @@ class Outcome:
     timed_out: bool
     seconds: float
     peak_gpu_mib: float | None
+    pid: int | None = None  # the step's process (whose loaded-files list makes the step's list whole)
 
 
 class StepInterrupted(Exception):
@@ -58,7 +59,7 @@ def run_logged(
             raise
         finally:
             sampler.stop()
-    return Outcome(proc.returncode, timed_out, time.monotonic() - start, sampler.peak_mib)
+    return Outcome(proc.returncode, timed_out, time.monotonic() - start, sampler.peak_mib, proc.pid)
 
 
 def stop_group(proc: subprocess.Popen) -> None:

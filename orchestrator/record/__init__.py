@@ -103,6 +103,7 @@ class Record:
     logs: dict[str, str] = field(default_factory=dict)
     log_tail: str | None = None
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    loaded_files: str | None = None  # digest of loaded_files.txt beside the record: the files its steps loaded
     job_id: str | None = None
     requeues: int = 0  # times Slurm ran this attempt again after a preemption or node failure
     owner: dict[str, Any] = field(default_factory=dict)  # host, pid, start time of the sweep or job (owner.py)

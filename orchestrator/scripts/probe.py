@@ -1,11 +1,14 @@
 """Print what a torch build's interpreter has, as one JSON line: its versions and, with --cuda, its CUDA device;
-with --installed, its installed distributions and site directories instead.
+with --installed, its installed distributions and site directories instead; with --paths, its sys.path folders.
 
-    <python> orchestrator/scripts/probe.py [--cuda | --installed]
+    <python> orchestrator/scripts/probe.py [--cuda | --installed | --paths]
 
 Run by every cell's job with the build's interpreter before make_random, so a record names the versions it ran
 with, and a cell whose exporter needs a GPU stops at once, with one line, where torch sees none. `--installed` is
-what an interpreter we did not build is fingerprinted by (envs.env_fingerprint). Run as a file, not with -c, so
+what an interpreter we did not build is fingerprinted by (envs.env_fingerprint); `--paths` is where a loaded-files
+list's paths are looked up (record/loaded.py). A lerobot installed from a git URL or a folder (not a registry) is
+reported with a digest of its sources (`0.6.1+src.1a2b3c4d5e6f`): a branch bump keeps the version, and the random
+checkpoints, keyed by it, must not outlive the code that made them. Run as a file, not with -c, so
 the caller's working directory is not on sys.path (a *.egg-info there would count as installed). Imports only
 stdlib (and torch for --cuda): that environment need not have the orchestrator installed.
 """
@@ -22,6 +25,31 @@ def version(name):
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def lerobot_version():
+    """lerobot's version; from a URL or a folder (direct_url.json, PEP 610), with a digest of its .py sources."""
+    found = version("lerobot")
+    try:
+        dist = metadata.distribution("lerobot")
+        if found is None or dist.read_text("direct_url.json") is None:
+            return found
+        import hashlib
+        import importlib.util
+
+        spec = importlib.util.find_spec("lerobot")  # finds the package without running it
+        top = os.path.dirname(spec.origin)
+        sha = hashlib.sha256()
+        for folder, dirs, names in os.walk(top):
+            dirs.sort()
+            for name in sorted(n for n in names if n.endswith(".py")):
+                path = os.path.join(folder, name)
+                sha.update(os.path.relpath(path, top).encode() + b"\0")
+                with open(path, "rb") as handle:
+                    sha.update(hashlib.sha256(handle.read()).digest())
+        return f"{found}+src.{sha.hexdigest()[:12]}"
+    except Exception:  # noqa: BLE001 - the plain version, as before
+        return found
 
 
 def cuda():
@@ -54,11 +82,15 @@ def installed():
             "site": site, "site_stamp": stamp}
 
 
+if "--paths" in sys.argv[1:]:
+    print(json.dumps([p for p in sys.path[1:] if p and os.path.isdir(p)]))
+    sys.exit(0)
 if "--installed" in sys.argv[1:]:
     print(json.dumps(installed()))
     sys.exit(0)
 found = {"python": platform.python_version(),
          **{name: version(name) for name in ("torch", "executorch", "lerobot", "transformers")}}
+found["lerobot"] = lerobot_version()
 if "--cuda" in sys.argv[1:]:
     found["cuda"] = cuda()
 print(json.dumps(found))

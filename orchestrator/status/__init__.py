@@ -3,7 +3,9 @@
 Where a Slurm sweep left `DIR/manifest.json`, every job in it is asked about in one `sacct` call; jobs that ended
 without finishing their record get one from Slurm's state and their log (orchestrator/launchers/slurm/), and cells whose
 job is still pending or running show that. Stale marks come from fingerprint keys cached by their inputs
-(fingerprint_cache.py), and the table is plain aligned text: a rich Table takes seconds for thousands of rows.
+(fingerprint_cache.py) and, after a LeRobot bump, the files each cell loaded (config/staleness.py), each with why
+(`stale (config changed)`, `stale (lerobot/policies/act/modeling_act.py changed)`), and the table is plain aligned
+text: a rich Table takes seconds for thousands of rows.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..config import selected, split_selection
-from ..config.fingerprint_cache import current_keys
-from ..config.selection import is_stale, recorded
+from ..config.fingerprint_cache import current_fingerprints
+from ..config.selection import recorded
+from ..config.staleness import stale_reasons
 from ..console import aligned, stderr_console
 
 if TYPE_CHECKING:
@@ -53,7 +56,9 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None,
     if not cells:
         errors.print(escape(f"no records under {out_dir}/cells/"))
         return 0
-    keys = current_keys(out_dir, sorted(records), [o for o in overrides if not o.startswith("matrix")], config_dir)
+    current = current_fingerprints(out_dir, sorted(records), [o for o in overrides if not o.startswith("matrix")],
+                                   config_dir)
+    reasons = stale_reasons(out_dir, {c: r for c, r in records.items() if r is not None}, current)
     shown: Counter[str] = Counter()
     columns = ["cell", "status", "attempt", "step", "max_diff / tol", *(("job", "slurm") if jobs else ()), "stale"]
     rows: list[list[str]] = []
@@ -62,7 +67,7 @@ def show_status(out_dir: Path, overrides: list[str], config_dir: Path | None,
         status = job.shown if job else str(record.status) if record else "missing"
         shown[status] += 1
         diff = f"{record.max_diff:.2e} / {record.tolerance:g}" if record and record.max_diff is not None else ""
-        stale = "stale" if cell_id in keys and record and is_stale(record, keys[cell_id]) else ""
+        stale = f"stale ({reasons[cell_id]})" if cell_id in reasons else ""
         slurm: tuple[str, ...] = ()
         if jobs:
             state = job.job.state if job and job.job else ("SUBMITTED" if job and job.active else "")

@@ -4,8 +4,9 @@ The resolved policy, gpu, torch and exporter configs, the fingerprint that `stat
 variables the job sets (job.py's job_env: HF_HUB_OFFLINE, TORCHINDUCTOR_CACHE_DIR, the axes' `env:`, the
 EXPORT_MATRIX_* names, the build's bin/ on PATH) and its make_random and export steps as shell command lines, with
 the paths a job would use. Only the build's interpreter is asked for its versions (the random checkpoint's cache key
-holds the lerobot version). A pattern (`'act/*/*'`) shows every cell of the selected matrix it matches, one YAML
-document each.
+holds the lerobot version). A cell with a record also gets `recorded`: its attempt and status, why `status` finds
+it stale (or null), and the files its make_random and export loaded (docs/bump.md). A pattern (`'act/*/*'`) shows
+every cell of the selected matrix it matches, one YAML document each.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ import yaml
 
 from ..cell_id import CellId
 from ..config import SELECT_AXES, ConfigError, compose_config
+from ..config.fingerprint_cache import Current
 from ..config.spec import CellSpec
 from ..config.specs_now import current_specs
+from ..config.staleness import Judge
 from ..envs import PROBE
 from ..job import BUNDLE_DIR, export_command, job_env
 from ..job.checkpoints import checkpoint_key, make_random_command
+from ..record import Status, loaded, read_record
 
 GLOB = "*?["
 
@@ -47,7 +51,11 @@ _Dumper.add_representer(CommandLine, lambda dumper, line: dumper.represent_scala
 def show_cells(pattern: str, overrides: list[str], config_dir: Path | None) -> str:
     """The YAML of the cell `pattern` names, or of every cell of the selected matrix it matches."""
     versions: dict[tuple[str, ...], str] = {}  # lerobot's version per interpreter and axis env: asked once
-    shown = [describe(spec, versions) for spec in specs_shown(pattern, overrides, config_dir)]
+    shown = []
+    judges: dict[str, Judge] = {}
+    for spec in specs_shown(pattern, overrides, config_dir):
+        judge = judges.setdefault(spec.out_dir, Judge(Path(spec.out_dir)))
+        shown.append({**describe(spec, versions), **recorded_part(spec, judge)})
     return yaml.dump_all(shown, Dumper=_Dumper, sort_keys=False, width=1 << 16, allow_unicode=True,
                          explicit_start=len(shown) > 1)
 
@@ -97,6 +105,21 @@ def describe(spec: CellSpec, versions: dict[tuple[str, ...], str]) -> dict[str, 
         "make_random": make_random,
         "export": CommandLine(shlex.join(export_command(spec, ckpt, spec.cell_dir / BUNDLE_DIR))),
     }
+
+
+def recorded_part(spec: CellSpec, judge: Judge) -> dict[str, Any]:
+    """The cell's record as status judges it (why it is stale) and the files its steps loaded, one
+    `<sha256 prefix>  <path>` a line (loaded_files.txt beside the record has them in full); nothing without one."""
+    record = read_record(spec.cell_dir)
+    if record is None or record.status == Status.UNREADABLE:
+        return {}
+    stale = judge.why_stale(record, Current.of(spec)) if spec.fingerprint else None
+    path = spec.cell_dir / loaded.LOADED_NAME
+    files = loaded.read_list(path, record.loaded_files) if record.loaded_files else None
+    listed = None if files is None else {"file": str(path), "count": len(files),
+                                         "files": [f"{files[rel][:12]}  {rel}" for rel in sorted(files)]}
+    return {"recorded": {"attempt": record.attempt, "status": str(record.status), "stale": stale,
+                         "loaded_files": listed}}
 
 
 def job_variables(spec: CellSpec) -> dict[str, str]:
