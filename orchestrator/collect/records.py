@@ -22,11 +22,11 @@ REPRO_EXPORTER = "repro"  # conf/exporter/repro.yaml: cells that run a standalon
 COLUMNS = ("id", "policy", "gpu", "torch", "exporter", "status", "attempt", "failed_step", "error", "max_diff",
            "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms", "fixes", "versions",
            "log", "log_tail", "ended_at", "check", "repro_row", "reproduced", "repro_summary", "runs_low",
-           "runs_high", "config_key", "logs")
+           "runs_high", "config_key", "logs", "kernels")
 NUMBERS = ("max_diff", "tolerance", "margin", "speedup", "peak_gpu_mib", "eager_ms", "exported_ms", "runs_low",
            "runs_high")
 TEXTS = ("exporter", "failed_step", "error", "log", "log_tail", "ended_at", "check", "repro_row", "repro_summary",
-         "config_key", "logs")
+         "config_key", "logs", "kernels")  # kernels: the exporter's breakdown as JSON text (record/kernels.py)
 FROM_CONFIGS = "?"  # `config_key` of a record from before records had one: stale.py computes it from the record
 HISTORY_COLUMNS = ("id", "attempt", "status", "max_diff", "tolerance")
 # Only a failure's log tail is searched for the catalog's patterns: the others, most of the bytes, stay out.
@@ -75,6 +75,7 @@ def _row(cell: CellId, data: dict[str, Any]) -> tuple:
         *((min(runs) / tolerance, max(runs) / tolerance) if repeated else (None, None)),
         config_key if isinstance(config_key, str) else None,
         _log_names(get("logs")),
+        _text(get("kernels")),
     )
 
 

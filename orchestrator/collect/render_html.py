@@ -16,7 +16,8 @@ from urllib.parse import quote
 
 from ..cell_id import CELLS_DIR
 from ..record import RECORD_NAME, UNFINISHED, UNREADABLE
-from .failure_summary import named_rows
+from ..record import kernels as kernel_text
+from .failure_summary import columns, named_rows
 from .render_md import (
     LEGEND_NUMBERS,
     LEGEND_SYMBOLS,
@@ -48,6 +49,8 @@ a { color: inherit; } code { font-size: 90%; } .err { max-width: 60em; overflow-
 .badge.undecided { background: #6e7781; } .badge.running { background: #0969da; }
 .badge.missing { background: #d0d7de; color: #424a53; } .badge.unreadable { background: #bc4c00; }
 .files a { margin-right: 0.5em; white-space: nowrap; }
+.kernels { display: flex; flex-wrap: wrap; gap: 0 2em; } .kernels table { margin-top: 0.3em; }
+.kernels td.name { max-width: 40em; overflow-wrap: anywhere; font-family: monospace; font-size: 90%; }
 """
 # The word beside each symbol (rules.SYMBOLS' keys), what a browser without an emoji font shows.
 WORDS = {"pass": "pass", "patched": "patched", "fail": "fail", "undecided": "undecided", "running": "in progress",
@@ -154,6 +157,7 @@ def render(summary: Summary, settings: Settings) -> str:
     if summary.gpu_versions:
         out += ["<h2>GPUs</h2><ul>", *(f"<li><b>{escape(settings.gpu_label(g))}</b>: {escape(t)}</li>"
                                        for g, t in summary.gpu_versions), "</ul>"]
+    out.append(_kernels_section(summary))
     out.append(_cells_table(summary, settings.out_dir))
     out.append(SCRIPT)
     out.append("</body></html>")
@@ -199,6 +203,7 @@ def _files(row: _CellRow, out_dir: Path) -> str:
 def _cells_table(summary: Summary, out_dir: Path) -> str:
     """Every cell with its detail, sortable by any column and filtered by status or failure row (inline script)."""
     rows = list(named_rows(summary.cells, _CellRow))
+    profiled = {cell for cell, _, _ in _breakdowns(summary)}
     statuses = sorted({row.status for row in rows})
     failures = sorted({f for row in rows for f in _str(row.failures).split()},
                       key=lambda f: (int(f), "") if f.isdigit() else (10**9, f))
@@ -215,11 +220,14 @@ def _cells_table(summary: Summary, out_dir: Path) -> str:
            + "".join(f"<th>{escape(c)}</th>" for c in CELL_COLUMNS) + "</tr></thead><tbody>"]
     for row in rows:
         diff = f"{num(row.max_diff)} / {num(row.tolerance)}" if num(row.max_diff) else ""
+        speedup = escape(num(row.speedup))
+        if row.id in profiled:  # its kernel breakdown, above the table
+            speedup = f'<a href="#{escape(_anchor(row.id))}" title="kernel breakdown">{speedup}</a>'
         out.append(f'<tr data-status="{escape(row.status)}" data-failures="{escape(_str(row.failures))}">'
                    f"<td>{_link(row.log, row.id)}</td>"
                    f'<td class="{_state(row)}">{escape(row.status)}{" (stale)" if row.stale else ""}</td>'
                    f"<td>{escape(_str(row.failed_step))}</td><td>{escape(_str(row.failures))}</td>"
-                   f"<td>{escape(diff)}</td><td>{escape(num(row.margin))}</td><td>{escape(num(row.speedup))}</td>"
+                   f"<td>{escape(diff)}</td><td>{escape(num(row.margin))}</td><td>{speedup}</td>"
                    f"<td>{_ms(row.eager_ms)}</td><td>{_ms(row.exported_ms)}</td>"
                    f"<td>{escape(num(row.peak_gpu_mib))}</td>"
                    f"<td>{escape(_str(row.check))}</td><td>{escape(_str(row.attempt))}</td>"
@@ -227,6 +235,60 @@ def _cells_table(summary: Summary, out_dir: Path) -> str:
                    f'<td class="err">{escape(_str(row.error))}</td></tr>')
     out.append("</tbody></table>")
     return "\n".join(out)
+
+
+KERNELS_HEAD = ("Where an exported program was slower than eager (or its exporter was given --kernels), the exporter "
+                "profiled a few more runs of each side with torch.profiler: each side's top kernels, with calls per "
+                "run, milliseconds per call and share of that side's total. GPU: CUDA kernels by GPU time; CPU: "
+                "torch operators by CPU self time, on the CPU lane (no GPU figure).")
+
+
+def _anchor(cell: str) -> str:
+    return f"kernels-{cell}"
+
+
+def _breakdowns(summary: Summary) -> list[tuple[str, str | None, dict]]:
+    """(cell id, its log, its breakdown) of the cells whose record holds one, in the cells table's order."""
+    if "kernels" not in summary.cells:
+        return []
+    found = []
+    for cell, log, text in zip(*columns(summary.cells, "id", "log", "kernels"), strict=True):
+        kernels = kernel_text.parsed(text) if isinstance(text, str) else None
+        if kernels is not None:
+            found.append((cell, log, kernels))
+    return found
+
+
+def _kernels_section(summary: Summary) -> str:
+    """Each profiled cell's breakdown: its reason, then a table per side (the slower side first)."""
+    found = _breakdowns(summary)
+    if not found:
+        return ""
+    out = ["<h2>Kernel breakdown</h2>", f"<p>{escape(KERNELS_HEAD)}</p>"]
+    for cell, log, kernels in found:
+        why = kernels.get("why") or kernels.get("error") or ""
+        out.append(f'<h3 id="{escape(_anchor(cell))}">{_link(log, cell)}: {escape(str(why))}</h3>')
+        if kernels.get("measure"):
+            out.append(f"<p>{escape(str(kernels['measure']))}</p>")
+        sides = [side for side in kernel_text.SIDES if side in kernels]
+        if sides:
+            out.append('<div class="kernels">' + "".join(_side_table(kernels, side) for side in sides) + "</div>")
+    return "\n".join(out)
+
+
+def _side_table(kernels: dict, side: str) -> str:
+    unit = kernel_text.unit_name(kernels)
+    out = [f"<div><p><b>{escape(kernel_text.side_head(kernels, side))}</b></p>"]
+    rows = kernel_text.rows(kernels, side)
+    if rows:
+        out.append(f"<table><tr><th>#</th><th>kernel</th><th>calls / run</th><th>ms / call</th>"
+                   f"<th>share of {escape(unit)} time</th></tr>")
+        out += [f"<tr><td>{rank}</td><td class=\"name\">{escape(str(row.get('name')))}</td>"
+                f"<td>{escape(str(row.get('calls')))}</td><td>{escape(kernel_text.ms(row.get('ms_per_call')))}</td>"
+                f"<td>{escape(kernel_text.percent(row.get('share')))}</td></tr>"
+                for rank, row in enumerate(rows, 1)]
+        out.append("</table>")
+    return "".join(out) + "</div>"
 
 
 SCRIPT = """

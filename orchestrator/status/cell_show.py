@@ -5,7 +5,8 @@ variables the job sets (job.py's job_env: HF_HUB_OFFLINE, TORCHINDUCTOR_CACHE_DI
 EXPORT_MATRIX_* names, the build's bin/ on PATH) and its make_random and export steps as shell command lines, with
 the paths a job would use. Only the build's interpreter is asked for its versions (the random checkpoint's cache key
 holds the lerobot version). A cell with a record also gets `recorded`: its attempt and status, why `status` finds
-it stale (or null), and the files its make_random and export loaded (docs/bump.md). A pattern (`'act/*/*'`) shows
+it stale (or null), the files its make_random and export loaded (docs/bump.md) and, where its exported program
+was slower than eager, one line of its kernel breakdown (record/kernels.py). A pattern (`'act/*/*'`) shows
 every cell of the selected matrix it matches, one YAML document each.
 """
 
@@ -31,7 +32,7 @@ from ..config.staleness import Judge
 from ..envs import PROBE
 from ..job import BUNDLE_DIR, export_command, job_env
 from ..job.checkpoints import checkpoint_key, make_random_command
-from ..record import Status, loaded, read_record
+from ..record import Status, kernels, loaded, read_record
 
 GLOB = "*?["
 
@@ -118,8 +119,10 @@ def recorded_part(spec: CellSpec, judge: Judge) -> dict[str, Any]:
     files = loaded.read_list(path, record.loaded_files) if record.loaded_files else None
     listed = None if files is None else {"file": str(path), "count": len(files),
                                          "files": [f"{files[rel][:12]}  {rel}" for rel in sorted(files)]}
-    return {"recorded": {"attempt": record.attempt, "status": str(record.status), "stale": stale,
-                         "loaded_files": listed}}
+    shown = {"attempt": record.attempt, "status": str(record.status), "stale": stale, "loaded_files": listed}
+    if record.kernels:  # where its program was slower than eager: each side's top kernel (report.html has them all)
+        shown["kernels"] = kernels.short_line(record.kernels)
+    return {"recorded": shown}
 
 
 def job_variables(spec: CellSpec) -> dict[str, str]:
