@@ -55,6 +55,14 @@ def _parser() -> argparse.ArgumentParser:
     collect.add_argument("--check", action="store_true",
                          help="write nothing; exit 1 if FILE or out_dir's tables are out of date with the records")
     overrides(collect)
+    repro = command("repro", "a standalone script for each failure of a failed cell, cut from its kept exported "
+                             "programs and run in its build (docs/repros.md)")
+    repro.add_argument("cell", help="a recorded cell id, or a pattern ('*/h100/*': each failed cell it matches)")
+    repro.add_argument("--seconds", type=_positive, default=600.0,
+                       help="the search's time bound per cell (default: 600)")
+    repro.add_argument("--regenerate", action="store_true",
+                       help="search again from the kept programs even where scripts exist (else they are only rerun)")
+    overrides(repro)
     env = sub.add_parser("env", help="torch build environments").add_subparsers(dest="env_command", required=True)
     build = command("build", "create a torch build's environment from its recipe (uv, patches)", env)
     build.add_argument("name", help="the torch build's config name")
@@ -111,6 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         _on_sigterm(previous)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def _reader_gone() -> int:
@@ -237,6 +255,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return run_collect(args.overrides, args.config_dir, args.into, args.check)
 
 
+def cmd_repro(args: argparse.Namespace) -> int:
+    from .repro_cell import run_repro
+
+    return run_repro(out_dir_of(args), args.cell, args.overrides, args.config_dir, args.seconds, args.regenerate)
+
+
 def _recipe(args: argparse.Namespace):
     from .config.cells import recipes
 
@@ -303,7 +327,7 @@ def cmd_env_list(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"cells": cmd_cells, "sweep": cmd_sweep, "rerun": cmd_rerun, "status": cmd_status, "show": cmd_show,
-            "collect": cmd_collect,
+            "collect": cmd_collect, "repro": cmd_repro,
             "wait": cmd_wait, "env_build": cmd_env_build, "env_list": cmd_env_list,
             "env_wheelhouse": cmd_env_wheelhouse}
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..record import UNFINISHED, UNREADABLE
+from . import generated
 from .catalog import NEW, id_key
 from .failure_summary import named_rows
 from .render_md import md_text, num
@@ -67,7 +68,20 @@ def cell_states(cells: pd.DataFrame) -> pd.DataFrame:
 
 def changes(previous: pd.DataFrame | None, cells: pd.DataFrame, matrix: pd.DataFrame,
             settings: Settings) -> list[str]:
-    """One line per change of a cell (cells: the new cells.csv frame, in table order); [] when nothing changed."""
+    """One line per change of a cell (cells: the new cells.csv frame, in table order); [] when nothing changed.
+    Then the generated repros (`export-matrix repro`) that stopped reproducing, reproduce again or are new."""
+    return _cell_changes(previous, cells, matrix, settings) + generated.change_lines(
+        generated.read_state(settings.out_dir / generated.STATE),
+        generated.rows(generated.read_results(settings.out_dir)), lambda cell: _name(cell, settings))
+
+
+def _name(cell: str, settings: Settings) -> str:
+    policy, gpu, build = cell.split("/")
+    return f"{policy} on {settings.gpu_short(gpu)}/{build}"
+
+
+def _cell_changes(previous: pd.DataFrame | None, cells: pd.DataFrame, matrix: pd.DataFrame,
+                  settings: Settings) -> list[str]:
     if previous is None:
         counts = matrix["symbol"].value_counts()
         summary = ", ".join(f"{counts[s]} {s}" for s in SYMBOL_ORDER if s in counts)

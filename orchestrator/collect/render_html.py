@@ -137,7 +137,10 @@ def render(summary: Summary, settings: Settings) -> str:
         out.append(f"</ul><p>Rerun them: <code>{escape(stale_command(settings))}</code></p>")
     out.append("<h2>Failures</h2><table><tr><th>#</th><th>Failure</th><th>Policies</th><th>Repro</th>"
                "<th>Fixed by</th></tr>")
-    out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in summary.failure_rows]
+    links = summary.repro_links  # a generated repro's Repro cell links its script
+    out += ["<tr>" + "".join(f'<td><a href="{escape(quote(links[row[0]]))}">{escape(c)}</a></td>'
+                               if i == 3 and row[0] in links else f"<td>{escape(c)}</td>" for i, c in enumerate(row))
+            + "</tr>" for row in summary.failure_rows]
     out.append("</table>")
     if summary.rows_left_out:
         out.append(f"<p>{escape(summary.rows_left_out)}</p>")

@@ -66,6 +66,12 @@ def repro_cells(row: dict, settings: Settings) -> list[str]:
             str(row["torch"]), str(row["reproduces"]), shown if isinstance(shown, str) else ""]
 
 
+def repro_cell(row: tuple[str, ...], links: dict[str, str]) -> str:
+    """The summary's Repro cell: a generated repro links its script (relative to DIR, where matrix.md is)."""
+    link = links.get(row[0])
+    return f"[{md_text(row[3])}]({link})" if link else md_text(row[3])
+
+
 def num(value: float | None) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3g}"
 
@@ -117,6 +123,7 @@ class Summary:
     undecided: list[tuple[str, str, str]]  # (cell id, why, exporter) of the cells nothing judged, in id order
     stale: list[tuple[str, str]] = field(default_factory=list)  # (cell id, status) of the stale records, id order
     rows_left_out: str = ""  # which catalog rows no cell of the table could hit, left out of failure_rows
+    repro_links: dict[str, str] = field(default_factory=dict)  # failure id -> its generated repro, under DIR
 
 
 def rerun_commands(undecided: list[tuple[str, str, str]], settings: Settings) -> list[str]:
@@ -195,7 +202,8 @@ def render(summary: Summary, settings: Settings) -> str:
         lines += [f"- {md_text(cell)}: {md_text(status)}" for cell, status in summary.stale]
         lines += ["", f"Rerun them: `{stale_command(settings)}`"]
     lines += ["", "| # | Failure | Policies | Repro | Fixed by |", "| --- | --- | --- | --- | --- |"]
-    lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in summary.failure_rows]
+    lines += ["| " + " | ".join(repro_cell(row, summary.repro_links) if i == 3 else md_text(c)
+                                for i, c in enumerate(row)) + " |" for row in summary.failure_rows]
     if summary.rows_left_out:
         lines += ["", md_text(summary.rows_left_out)]
     lines += ["", md_text(summary.policy_line)]

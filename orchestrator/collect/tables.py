@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from . import render_html, render_md
+from . import generated, render_html, render_md
 from .catalog import NEW, flag_column
 from .columns import by_build
 from .failure_summary import columns, left_out_text, summarize, table_scope
@@ -44,6 +44,10 @@ def make_tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) 
     stale = list(zip(*columns(marked, "id", "status"), strict=True))  # standalone repros too: rerun --stale takes them
     pairs = table_scope(classified, settings)
     summary = _summary(columned, matrix, repros, column_settings, stale, pairs)
+    state = generated.rows(generated.read_results(settings.out_dir))  # `export-matrix repro`'s scripts
+    summary.repro_links = generated.links(state)
+    summary.failure_rows = [(fid, title, names, generated.GENERATED if fid in summary.repro_links else repro, fixed)
+                            for fid, title, names, repro, fixed in summary.failure_rows]
     cell_rows = cells_table(classified, settings)
     texts = {
         "cells.csv": csv_text(cell_rows),
@@ -52,6 +56,8 @@ def make_tables(cells: pd.DataFrame, history: pd.DataFrame, settings: Settings) 
         "matrix.md": render_md.render(summary, column_settings),
         "report.html": render_html.render(summary, column_settings),
     }
+    if state or (settings.out_dir / generated.STATE).exists():
+        texts[generated.STATE] = generated.state_text(state)  # what changes.md compares next time
     return Tables(matrix, cell_rows, texts, len(cells), column_settings)
 
 
