@@ -1,8 +1,9 @@
 """A LeRobot bump reruns only the cells whose loaded code changed (issue 48, docs/bump.md).
 
-In LeRobot's place: tinybot, a package of two policies (alpha, beta) and a module both load (common.py), in a
-local git repository; a recipe build whose `lerobot:` points at one of its commits, built for real with uv; an
-exporter that imports the cell's policy. The bench with LeRobot 0.6.1's own sources is bench/bump.py.
+In LeRobot's place: a tiny `lerobot` of two policies (alpha, beta) and a module both use (common.py), laid out as
+LeRobot is (lerobot/policies/__init__.py imports every policy's package), in a local git repository; a recipe
+build whose `lerobot:` points at one of its commits, built for real with uv; an exporter that runs the cell's
+policy. The bench with LeRobot 0.6.1's own sources is bench/bump.py.
 """
 
 from __future__ import annotations
@@ -28,17 +29,17 @@ def get_requires_for_build_wheel(config_settings=None):
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     files = {"sitecustomize.py": open("sitecustomize.py").read()}
-    for folder, _, names in os.walk("tinybot"):
+    for folder, _, names in os.walk("lerobot"):
         for name in names:
             if name.endswith(".py"):
                 files[os.path.join(folder, name)] = open(os.path.join(folder, name)).read()
-    info = "tinybot-0.6.1.dist-info"
-    files[f"{info}/METADATA"] = "Metadata-Version: 2.1\\nName: tinybot\\nVersion: 0.6.1\\n"
+    info = "lerobot-0.6.1.dist-info"
+    files[f"{info}/METADATA"] = "Metadata-Version: 2.1\\nName: lerobot\\nVersion: 0.6.1\\n"
     files[f"{info}/WHEEL"] = "Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
     def sha(text):
         return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).decode().rstrip("=")
     record = "".join(f"{f},sha256={sha(t)},{len(t.encode())}\\n" for f, t in files.items())
-    name = "tinybot-0.6.1-py3-none-any.whl"
+    name = "lerobot-0.6.1-py3-none-any.whl"
     with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as archive:
         for member, text in files.items():
             archive.writestr(member, text)
@@ -46,15 +47,15 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     return name
 '''
 
-# Run with the build's interpreter, as the fork's lerobot-export is: imports the cell's policy, prints the
-# fork's check line. It fails where the distribution's own sitecustomize did not run (the chain must hold).
+# Run with the build's interpreter, as the fork's lerobot-export is: imports every policy (as LeRobot does), runs
+# the cell's, prints the fork's check line. It fails where the distribution's own sitecustomize did not run.
 EXPORTER = '''
-import importlib, os, sys
-if os.environ.get("TINYBOT_SITE") != "ran":
-    sys.exit("tinybot's sitecustomize did not run")
-policy = os.environ["EXPORT_MATRIX_POLICY"]
-importlib.import_module(f"tinybot.policies.{policy}.modeling_{policy}")
-print("Exported policy test case: largest difference 1.00e-07 (tolerance 0.001)")
+import os, sys
+import lerobot.policies
+if os.environ.get("TINY_LEROBOT_SITE") != "ran":
+    sys.exit("the distribution's sitecustomize did not run")
+policy = getattr(lerobot.policies, os.environ["EXPORT_MATRIX_POLICY"].capitalize() + "Policy")()
+print(f"Exported policy test case: largest difference {policy.act() * 1e-7:.2e} (tolerance 0.001)")
 '''
 
 
@@ -72,28 +73,32 @@ def commit(repo: Path, files: dict[str, str], message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def tinybot(repo: Path) -> str:
+def tiny_lerobot(repo: Path) -> str:
     git_dir = repo
     git_dir.mkdir(parents=True)
     git(repo, "init", "-q")
-    policy = "from tinybot import common\n\nclass {name}Policy:\n    scale = common.SCALE\n"
     return commit(repo, {
         "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
         "backend.py": BACKEND,
-        "sitecustomize.py": 'import os\nos.environ["TINYBOT_SITE"] = "ran"\n',
-        "tinybot/__init__.py": 'VERSION = "0.6.1"\n',
-        "tinybot/common.py": "SCALE = 1.0\n",
-        "tinybot/policies/__init__.py": "",
-        "tinybot/policies/alpha/__init__.py": "",
-        "tinybot/policies/alpha/modeling_alpha.py": policy.format(name="Alpha"),
-        "tinybot/policies/beta/__init__.py": "",
-        "tinybot/policies/beta/modeling_beta.py": policy.format(name="Beta"),
-    }, "tinybot 0.6.1")
+        "sitecustomize.py": 'import os\nos.environ["TINY_LEROBOT_SITE"] = "ran"\n',
+        "lerobot/__init__.py": 'VERSION = "0.6.1"\n',
+        "lerobot/common.py": "def scale(x):\n    return 1.0 * x\n",
+        "lerobot/policies/__init__.py": "from .alpha import AlphaPolicy\nfrom .beta import BetaPolicy\n",
+        "lerobot/policies/alpha/__init__.py": "from .modeling_alpha import AlphaPolicy\n",
+        "lerobot/policies/alpha/modeling_alpha.py": policy("Alpha", 1),
+        "lerobot/policies/beta/__init__.py": "from .modeling_beta import BetaPolicy\n",
+        "lerobot/policies/beta/modeling_beta.py": policy("Beta", 1),
+    }, "a tiny lerobot 0.6.1")
+
+
+def policy(name: str, factor: int) -> str:
+    return f"from lerobot import common\n\n\nclass {name}Policy:\n    def act(self):\n" \
+           f"        return common.scale({factor})\n"
 
 
 def configs(conf: Path, repo: Path, ref: str, tmp: Path) -> None:
     write(conf / "torch" / "tb.yaml", json.dumps({
-        "python_version": "3.12", "pip": [], "lerobot": f"tinybot @ git+{repo.as_uri()}@{ref}", "fixes": [],
+        "python_version": "3.12", "pip": [], "lerobot": f"lerobot @ git+{repo.as_uri()}@{ref}", "fixes": [],
         "env": {}}))
     exporter = write(tmp / "tiny_export.py", EXPORTER)
     write(conf / "exporter" / "tiny.yaml", json.dumps({
@@ -119,8 +124,8 @@ ALPHA, BETA = "alpha/cpu/tb", "beta/cpu/tb"
 
 
 def test_a_bump_marks_stale_exactly_the_cells_whose_loaded_files_changed(tmp_path: Path) -> None:
-    repo, conf, out = tmp_path / "tinybot", tmp_path / "conf", tmp_path / "out"
-    first = tinybot(repo)
+    repo, conf, out = tmp_path / "lerobot", tmp_path / "conf", tmp_path / "out"
+    first = tiny_lerobot(repo)
     configs(conf, repo, first, tmp_path)
     common = ["--config-dir", str(conf), f"out_dir={out}", f"envs_dir={tmp_path / 'envs'}", "matrix=tiny",
               "exporter=tiny", "launcher.poll_s=0.2"]
@@ -130,26 +135,28 @@ def test_a_bump_marks_stale_exactly_the_cells_whose_loaded_files_changed(tmp_pat
     assert alpha["status"] == beta["status"] == "passed", alpha["error"]
     files = {c: loaded.read_list(out / "cells" / c / loaded.LOADED_NAME, record(out, c)["loaded_files"])
              for c in (ALPHA, BETA)}
-    assert "tinybot/policies/alpha/modeling_alpha.py" in files[ALPHA]
-    assert "tinybot/policies/beta/modeling_beta.py" not in files[ALPHA]
-    assert {"tinybot/common.py", "tinybot/policies/beta/modeling_beta.py"} <= set(files[BETA])
+    # every process imports both policies; a policy's package counts where its code ran
+    assert {"lerobot/policies/alpha/__init__.py", "lerobot/policies/alpha/modeling_alpha.py"} <= set(files[ALPHA])
+    assert not any(rel.startswith("lerobot/policies/beta/") for rel in files[ALPHA]), sorted(files[ALPHA])
+    assert {"lerobot/common.py", "lerobot/policies/__init__.py",
+            "lerobot/policies/beta/modeling_beta.py"} <= set(files[BETA])
+    assert not any(rel.startswith("lerobot/policies/alpha/") for rel in files[BETA]), sorted(files[BETA])
     ours = loaded.file_sha(str(loaded.SITECUSTOMIZE_DIR / "sitecustomize.py"), "sitecustomize.py",
                            loaded.RecordHashes())
-    assert files[BETA]["sitecustomize.py"] != ours  # tinybot's, which ours ran; ours and the script are no code
+    assert files[BETA]["sitecustomize.py"] != ours  # the distribution's, which ours ran
     assert not any(rel.startswith("tiny_export") for rel in files[BETA])
     assert stale(common) == {}
 
-    second = commit(repo, {"tinybot/policies/alpha/modeling_alpha.py": "from tinybot import common\n\n"
-                           "class AlphaPolicy:\n    scale = 2 * common.SCALE\n"}, "alpha only")
+    second = commit(repo, {"lerobot/policies/alpha/modeling_alpha.py": policy("Alpha", 2)}, "alpha only")
     configs(conf, repo, second, tmp_path)
     not_built = stale(common)  # the bumped recipe's environment does not exist yet: nothing to compare with
     assert set(not_built) == {ALPHA, BETA} and "env build tb" in not_built[BETA], not_built
     cli("env", "build", "tb", *common)
-    assert stale(common) == {ALPHA: "tinybot/policies/alpha/modeling_alpha.py changed"}
+    assert stale(common) == {ALPHA: "lerobot/policies/alpha/modeling_alpha.py changed"}
 
     shown = cli("show", ALPHA, *common).stdout
-    assert "stale: tinybot/policies/alpha/modeling_alpha.py changed" in shown, shown
-    assert "  tinybot/policies/alpha/modeling_alpha.py" in shown and "tinybot/common.py" in shown
+    assert "stale: lerobot/policies/alpha/modeling_alpha.py changed" in shown, shown
+    assert "  lerobot/policies/alpha/modeling_alpha.py" in shown and "  lerobot/common.py" in shown
 
     beta_record = out / "cells" / BETA / "record.json"
     kept = beta_record.read_text()
@@ -161,10 +168,10 @@ def test_a_bump_marks_stale_exactly_the_cells_whose_loaded_files_changed(tmp_pat
     assert (record(out, ALPHA)["attempt"], record(out, BETA)["attempt"]) == (2, 1)
     assert stale(common) == {}
 
-    third = commit(repo, {"tinybot/common.py": "SCALE = 3.0\n"}, "what every policy loads")
+    third = commit(repo, {"lerobot/common.py": "def scale(x):\n    return 3.0 * x\n"}, "what every policy loads")
     configs(conf, repo, third, tmp_path)
     cli("env", "build", "tb", *common)
-    assert stale(common) == {ALPHA: "tinybot/common.py changed", BETA: "tinybot/common.py changed"}
+    assert stale(common) == {ALPHA: "lerobot/common.py changed", BETA: "lerobot/common.py changed"}
     assert stale([*common, "policies.beta.timeout_min=7"])[BETA] == "config changed"
 
 

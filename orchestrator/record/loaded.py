@@ -5,6 +5,12 @@ lists its loaded modules' files in a folder at exit, and the job turns those lis
 record, `loaded_files.txt` (`<sha256>  <path relative to its sys.path root>` per line, sorted), whose digest the
 record keeps. After a LeRobot bump, `status` resolves each path in the new environment and compares (docs/bump.md).
 
+A file counts where it was imported, except in one place: the files of a policy's package,
+`lerobot/policies/<name>/`, count only where a function or method defined in one of them ran (the sitecustomize's
+third column). LeRobot's policies/__init__.py imports every policy's config, whose package imports its modeling,
+so every process imports every policy; only the code that ran tells act's cell from diffusion's. Where the
+interpreter cannot tell (Python before 3.12, or sys.monitoring's tool ids taken), every imported file counts.
+
 Python sources are hashed; an extension module (`triton/_C/libtriton.so`: 415 MB) takes the sha256 its
 distribution's RECORD lists, where it lists it, since hashing it in every job would cost seconds.
 """
@@ -39,20 +45,34 @@ def complete(folder: Path, pid: int | None, timed_out: bool, returncode: int) ->
 
 
 def gathered(folder: Path) -> dict[str, str]:
-    """Every process's list in `folder`, hashed: {relative path: sha256}. Empty where no process wrote one."""
+    """The files that count in every process's list in `folder`, hashed: {relative path: sha256}. Empty where no
+    process wrote one."""
     located: dict[str, str] = {}
+    ran: set[str] = set()
     for listed in sorted(folder.glob("*.txt")) if folder.is_dir() else []:
         for line in listed.read_text(errors="replace").splitlines():
-            root, _, rel = line.partition("\t")
+            root, _, rest = line.partition("\t")
+            rel, _, state = rest.partition("\t")
             if rel:
                 located.setdefault(rel, os.path.join(root, rel))
+                if state != "0":  # "1", or "?" (could not tell) and a list without the column
+                    ran.add(rel)
+    used = {policy_package(rel) for rel in ran} - {None}
     records = RecordHashes()
     files = {}
     for rel, path in located.items():
-        sha = file_sha(path, rel, records)
-        if sha is not None:
-            files[rel] = sha
+        if policy_package(rel) in used | {None}:
+            sha = file_sha(path, rel, records)
+            if sha is not None:
+                files[rel] = sha
     return files
+
+
+def policy_package(rel: str) -> str | None:
+    """`lerobot/policies/act` for a file of that policy's package (its files count where its code ran); None for
+    any other file (it counts where it was imported)."""
+    parts = rel.split("/")
+    return "/".join(parts[:3]) if len(parts) > 3 and parts[:2] == ["lerobot", "policies"] else None
 
 
 def file_sha(path: str, rel: str, records: RecordHashes) -> str | None:
