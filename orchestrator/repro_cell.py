@@ -217,7 +217,7 @@ def _run_script(folder: Path, entry: dict[str, Any], spec: CellSpec) -> dict[str
         done = run_logged([spec.python, str(script.resolve())], log, _env(spec), SCRIPT_TIMEOUT_S, cwd=Path(empty))
     text = log.read_text(errors="replace")
     shown = REPRO_ERROR.findall(text)
-    error = shown[-1].strip() if shown else None
+    error = _decoded(shown[-1].strip()) if shown else None
     reproduces = done.returncode == 1 and errors.reproduces(entry["expected"], error)
     versions = re.search(r"(?m)^torch (\S+), executorch (\S+), device (.*)$", text)
     entry = {**entry, "reproduces": reproduces, "exit": done.returncode, "timed_out": done.timed_out,
@@ -226,9 +226,19 @@ def _run_script(folder: Path, entry: dict[str, Any], spec: CellSpec) -> dict[str
              "versions": {"torch": versions[1], "executorch": versions[2].rstrip(","), "device": versions[3]}
              if versions else {}}
     verdict = "reproduces" if reproduces else "does NOT reproduce"
-    say(f"{spec.id}: {entry['script']} {verdict} ({error or f'exit {done.returncode}, no error line'}) in "
+    shown = errors.first_line(error) if error else f"exit {done.returncode}, no error line"
+    say(f"{spec.id}: {entry['script']} {verdict} ({shown}) in "
         f"{entry['seconds']:g} s, {entry['lines']} lines: {script}")
     return entry
+
+
+def _decoded(printed: str) -> str:
+    """The script's `Repro error:` JSON string (its message's lines kept); as printed where it is not JSON."""
+    try:
+        text = loads(printed.encode())
+    except ValueError:
+        return printed
+    return text if isinstance(text, str) else printed
 
 
 def _read_results(out_dir: Path, cell: str) -> dict[str, Any]:

@@ -112,6 +112,46 @@ def test_errors_name_each_operator_as_its_own_fact_and_normalize_the_rest():
     assert not errors.reproduces(loaded, "RuntimeError: Failed to load program")
 
 
+LOWERING = ("torch._inductor.exc.InductorError: LoweringException: NoValidChoicesError: No choices to select. "
+            "Provided reason: No choices exist for backend. please consider adding ATEN into "
+            "max_autotune_conv_backends config (defined in torch/_inductor/config.py) to allow at least one choice.\n"
+            "  target: aten.convolution.default\n  args[0]: TensorBox(StorageBox(...))\nFound from :\n"
+            ' File "/site/torch/nn/modules/conv.py", line 988, in forward\n    return F.conv_transpose1d(')
+
+
+@pytest.mark.fast
+def test_the_cuda_form_is_the_exporters_lowering_and_reads_a_multi_line_error_back():
+    """What a CUDA cell's script holds (this machine cannot run it): CudaPartitioner, the fork's EdgeCompileConfig,
+    the device; and a LoweringException printed whole (lines kept) is the same failure as the cell's."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "orchestrator" / "repros"))
+    import script  # noqa: PLC0415 - the generator's own import, as it runs in a build
+
+    expected = errors.expectation(LOWERING)[0]
+    assert expected["fact"].startswith("lowering aten.convolution.default: torch._inductor.exc.InductorError: ")
+    part = script.Part()
+    x = part.add_tensor("USER_INPUT", (1, 1024, 8), torch.float32, "sample")
+    w = part.add_tensor("PARAMETER", (1024, 1024, 4), torch.float32, "unet.up_modules.0.2.weight")
+    part.outputs.append(part.add_line(f"torch.ops.aten.convolution.default({x}, {w}, None, [2], [1], [1], True, "
+                                      "[0], 1)", "conv.py:988"))
+    meta = {"exporter": "executorch_cuda", "step": "compile-model", "error": LOWERING, "cell": "diffusion/h100/local",
+            "versions": {"torch": "2.11.0", "executorch": "1.2.0"}}
+    source = script.render(part, meta, "denoise_step", expected, "a one-node program (aten.convolution.default)")
+    compile(source, "conv_no_choice.py", "exec")
+    assert len(source.splitlines()) <= 110, len(source.splitlines())
+    assert "CudaPartitioner([CudaBackend.generate_method_name_compile_spec(METHOD)])" in source
+    assert "EDGE_COMPILE = {'_check_ir_validity': False, '_skip_dim_order': True}" in source
+    assert "DEVICE = 'cuda'" in source and "METHOD = 'denoise_step'" in source
+    assert "import orchestrator" not in source and "from orchestrator" not in source
+    from torch._inductor.exc import InductorError
+
+    lowering = type("LoweringException", (Exception,), {})(LOWERING.split("LoweringException: ", 1)[1])
+    printed = script.error_line(InductorError(lowering, None))  # what a trial sees and a script prints
+    assert errors.reproduces(expected, printed), printed
+    assert not errors.reproduces(expected, printed.replace("aten.convolution", "aten.mm"))
+
+
 @needs_export_env
 def test_delta_debugging_keeps_the_planted_node_alone(tmp_path):
     """The runtime's error names no operator: ddmin over the method's nodes must end at the erfinv node."""

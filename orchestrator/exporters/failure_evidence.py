@@ -68,7 +68,8 @@ def keep_programs(export: Any, step: str, exc: BaseException) -> str:
         f"{type(exc).__module__}.{type(exc).__qualname__}"
     meta: dict[str, Any] = {"cell": os.environ.get("EXPORT_MATRIX_CELL"), "versions": export.info.get("versions"),
                             "exporter": export.exporter, "device": export.device, "step": step,
-                            "error": f"{name}: {exc}"[:MAX_ERROR_CHARS], "methods": {}, "kept": False}
+                            "error": "\n".join([f"{name}: {exc}", *map(str, getattr(exc, "__notes__", []))])
+                            [:MAX_ERROR_CHARS], "methods": {}, "kept": False}
     saved = sorted(Path(getattr(export, "resume_dir", "/nonexistent")).glob("*.pt2"))
     programs = getattr(export, "traced", None) or getattr(export, "eps", None) or {}
     cap = keep_mib()

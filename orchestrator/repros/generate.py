@@ -226,13 +226,15 @@ def run_source(source: str) -> str | None:
 def candidates_for(program: Program, expected: dict[str, str], error: str) -> list[Any]:
     """The nodes of the operator the fact names; else those whose stack trace holds the innermost frame the
     error quotes that some node has."""
+    traces = {n: set(quoted_frames(n.meta.get("stack_trace") or "")) for n in program.nodes}
+    quoted = quoted_frames(error)
     if "fact" in expected:
         wanted = errors.operator_names(errors.fact_operator(expected["fact"]))
         exact = [n for n in program.nodes if (n.target._overloadpacket.__name__, n.target._overloadname) in wanted]
         named = [n for n in program.nodes if (n.target._overloadpacket.__name__, None) in wanted]
-        return list(dict.fromkeys([*exact, *named]))
-    traces = {n: set(quoted_frames(n.meta.get("stack_trace") or "")) for n in program.nodes}
-    for frame in reversed(quoted_frames(error)):
+        # those at the line the error quotes first (diffusion's ConvTranspose1d among its many convolutions)
+        return sorted(dict.fromkeys([*exact, *named]), key=lambda n: not traces[n] & set(quoted[-1:]))
+    for frame in reversed(quoted):
         hits = [n for n in program.nodes if frame in traces[n]]
         if hits:
             return hits

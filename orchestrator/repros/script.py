@@ -3,7 +3,8 @@
 A Part is a module's body: parameters and buffers (random values of the program's shapes and dtypes: the failure
 is the compiler's, not the weights'), inputs, one line per graph node. render() puts it in the script with the
 exporter's lowering (LOWERING: the same partitioner and compile settings as exporters/executorch_cpu.py and
-cuda_program.py), the versions and device printed first, and `Repro error: <error>` with exit status 1 last.
+cuda_program.py), the versions and device printed first, and `Repro error: "<error>"` (a JSON string: the
+message's lines kept) with exit status 1 last.
 Stdlib only: generate.py imports it in a torch build.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import errors
 
+MAX_ERROR = 20000
 PARAM_KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "buffer"}
 
 
@@ -62,10 +64,11 @@ def literal(value: Any) -> str:
 
 
 def error_line(exc: BaseException) -> str:
+    """The error as a script prints it: qualified type, message and notes, lines kept (errors.py reads them)."""
     name = type(exc).__qualname__
     if type(exc).__module__ not in ("builtins", "__main__"):
         name = f"{type(exc).__module__}.{name}"
-    return errors.one_line(f"{name}: {exc}")
+    return "\n".join([f"{name}: {exc}", *map(str, getattr(exc, "__notes__", []))])[:MAX_ERROR]
 
 
 XNNPACK = '''
@@ -119,6 +122,7 @@ The cell ({exporter}; {versions}) failed in its {step} step with:
 Made by `export-matrix repro {cell}` (orchestrator/repros/generate.py).
 """
 
+import json
 import os
 import sys
 import tempfile
@@ -164,7 +168,8 @@ if __name__ == "__main__":
         traceback.print_exc()
         name = type(exc).__qualname__ if type(exc).__module__ == "builtins" else \\
             f"{{type(exc).__module__}}.{{type(exc).__qualname__}}"
-        print(f"Repro error: {{name}}: {{' '.join(str(exc).split())[:2000]}}", flush=True)
+        notes = "".join(f"\\n{{note}}" for note in getattr(exc, "__notes__", []))
+        print("Repro error: " + json.dumps(f"{{name}}: {{exc}}{{notes}}"[:20000]), flush=True)
         sys.exit(1)
 '''
 
