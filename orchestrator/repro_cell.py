@@ -69,6 +69,8 @@ def _cells(out_dir: Path, pattern: str) -> list[str]:
     failed = [c for c in hits if _status(out_dir, c) in (Status.FAILED, Status.OOM)]
     if not failed and len(hits) == 1:
         raise ConfigError(f"{hits[0]} did not fail (status {_status(out_dir, hits[0])}): nothing to reproduce")
+    if not failed:
+        raise ConfigError(f"none of the {len(hits)} recorded cells {pattern!r} matches failed: nothing to reproduce")
     return failed
 
 

@@ -220,6 +220,29 @@ def test_repro_command_makes_runs_and_records_a_script_collect_links_it(tmp_path
     assert "planted on CPU/local: generated repro erfinv_not_core.py no longer reproduces" in changes, changes
 
 
+@needs_export_env
+def test_a_real_failed_export_keeps_its_program_and_a_numeric_check_gets_the_export_command(tmp_path):
+    """gaussian_actor (0.3 M parameters) exported for real; a tolerance no float32 program meets fails its check:
+    the exporter keeps the traced program, and the generator says why no part of it is a repro."""
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    made = subprocess.run([sys.executable, str(ROOT / "orchestrator" / "scripts" / "make_random.py"),
+                           "gaussian_actor", str(ckpt)], capture_output=True, text=True, env=_env(), timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    export = subprocess.run([sys.executable, str(ROOT / "orchestrator" / "exporters" / "executorch_cpu.py"),
+                             f"--policy.path={ckpt}", f"--output_dir={out}", "--tolerance=1e-30", "--runs=1",
+                             "--warmups=0"], capture_output=True, text=True, env=_env(), timeout=600)
+    assert export.returncode == 1 and "error: The check step failed" in export.stderr, export.stdout[-3000:]
+    assert re.search(r"(?m)^Exported policy programs: forward kept in .*programs", export.stdout), export.stdout
+    meta = json.loads((out / "programs" / "programs.json").read_text())
+    assert meta["kept"] and meta["step"] == "check" and meta["exporter"] == "executorch_cpu", meta
+    assert "does not reproduce its test case" in meta["error"] and (out / "programs" / "forward.pt2").exists()
+    done = subprocess.run([sys.executable, str(GENERATOR), f"--programs={out / 'programs'}",
+                           f"--out={tmp_path / 'generated'}"], capture_output=True, text=True, env=_env(), timeout=300)
+    result = json.loads((tmp_path / "generated" / "generate.json").read_text())
+    assert done.returncode == 0 and result["targets"] == [], result
+    assert result["why"].startswith("a numerical check failure builds up across the whole program"), result
+
+
 def test_repro_of_a_cell_without_kept_programs_says_why_in_one_line(tmp_path):
     out = tmp_path / "out"
     write(out / "cells" / "act" / "cpu" / "local" / "record.json", json.dumps({
