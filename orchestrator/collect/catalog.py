@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 CATALOG_NAME = "failures.yaml"
 NEW = "new"

@@ -16,7 +16,6 @@ import pandas as pd
 from .failure_summary import order
 from .settings import Settings
 
-BY = ("gpu", "build")
 SEPARATOR = "@"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 START = "<!-- export-matrix:start -->"
 END = "<!-- export-matrix:end -->"
