@@ -35,3 +35,19 @@ def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
                           timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"modules that fail to import first:\n{done.stdout}"
+
+
+def test_every_top_level_module_is_in_the_layers_and_forbidden_to_the_torch_side() -> None:
+    """A module added to orchestrator/ is placed in the import contracts, or lint-imports would not check it."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layered = {name.strip() for c in contracts if c["type"] == "layers" and "containers" not in c
+               for layer in c["layers"] for name in layer.split("|")}
+    forbidden = {name for c in contracts if c["type"] == "forbidden"
+                 and "orchestrator.exporters" in c["source_modules"] for name in c["forbidden_modules"]}
+    top = {f"orchestrator.{p.stem if p.is_file() else p.name}" for p in (ROOT / "orchestrator").iterdir()
+           if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    top -= {f"orchestrator.{name}" for name in TORCH_SIDE}
+    assert top - layered == set(), "add these to pyproject.toml's layers"
+    assert top - forbidden == set(), "forbid these to exporters/, repros/ and scripts/ in pyproject.toml"
