@@ -178,6 +178,23 @@ class Search:
                 return node
         return None
 
+    def neighbourhood(self, candidates: list[Any]) -> list[Any] | None:
+        """A candidate with the operator nodes that use it, then also those it uses: where a one-node program
+        does not fail (a view whose copy the backend meets only with a consumer)."""
+        ops = set(self.program.nodes)
+        seen = set()
+        for node in candidates:
+            sig = signature(node)
+            if sig in seen or len(seen) >= MAX_ONE_NODE_TRIES // 2 or time.monotonic() > self.deadline:
+                continue
+            seen.add(sig)
+            users = [u for u in node.users if u in ops]
+            producers = [a for a in node.all_input_nodes if a in ops]
+            for part in ([node, *users], [*producers, node, *users]):
+                if len(part) > 1 and self.fails(part):
+                    return part
+        return None
+
     def ddmin(self, items: list[Any]) -> list[Any] | None:
         """Zeller's ddmin: the smallest failing subset it reaches before the deadline (None: the whole does not
         fail the same way, or no time to know)."""
@@ -264,11 +281,13 @@ def generate(programs_dir: Path, out: Path, seconds: float) -> dict[str, Any]:
             search = Search(program, expected, meta, deadline)
             candidates = candidates_for(program, expected, error)
             node = search.one_node(candidates)
-            if node is not None:
-                found, how = [node], f"a one-node program ({node.target}) of method {program.method}"
-            else:
-                found = search.ddmin(candidates) if candidates else None
-                found = found or search.ddmin(program.nodes)
+            found, how = ([node], f"a one-node program ({node.target}) of method {program.method}") if node else \
+                (search.neighbourhood(candidates), f"a node with its neighbours, of method {program.method}")
+            if not found and candidates:
+                found = search.ddmin(candidates)
+                how = f"delta debugging over the {len(candidates)} nodes the error points at ({program.method})"
+            if not found:
+                found = search.ddmin(program.nodes)
                 how = f"delta debugging over method {program.method}'s {len(program.nodes)} operator nodes"
             target.update(tried=target.get("tried", 0) + len(search.tried), last_error=search.last_error)
             if found:
