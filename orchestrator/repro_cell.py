@@ -152,6 +152,9 @@ def _plainly(record: Any, cell: str) -> str | None:
             "before the exporters printed it)"
         return (f"tracing stopped{where}; nothing was traced, so no program can be cut down to a standalone "
                 f"script: the repro is the export command: {command}")
+    if record.status == Status.OOM:
+        return (f"it ran out of GPU memory in {record.failed_step}: the whole program's footprint, which no part of "
+                f"it shows: the repro is the export command: {command}")
     if record.failed_step in ("save", "reload"):
         return (f"torch.export could not {record.failed_step} the program, so none was kept to cut down: the "
                 f"repro is the export command: {command}")

@@ -10,7 +10,8 @@ smallest part of a method's graph that fails the same way:
    trace holds the innermost user frame the error quotes (`File "x.py", line N`); one-node programs of them, one
    per distinct operator, input shapes, dtypes and arguments (from the nodes' metadata), until one fails the same
    way;
-2. otherwise delta debugging (ddmin) over the candidates, then over every operator node of the method, bounded
+2. otherwise a candidate with the operator nodes that use it (then also those it uses);
+3. otherwise delta debugging (ddmin) over the candidates, then over every operator node of the method, bounded
    by --seconds, keeping the part that still fails the same way.
 
 A part becomes a script (script.py's form: torch and ExecuTorch only, the module with its parameters' and
