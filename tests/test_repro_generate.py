@@ -176,8 +176,10 @@ def test_repro_command_makes_runs_and_records_a_script_collect_links_it(tmp_path
           "  repro: export command\n  fixed_by: needs an owner\n  step: lower\n"
           "  patterns: ['Operator torch\\._ops\\.aten\\.erfinv\\.default is not in Core ATen opset']\n")
     cell_dir = out / "cells" / "planted" / "cpu" / "local"
+    earlier = write(cell_dir / "attempts" / "1" / "bundle" / "programs" / "forward.pt2", "an earlier attempt's")
     failed = plant(cell_dir / "bundle", {})
     assert failed["step"] == "lower" and "not in Core ATen" in failed["error"]
+    assert not earlier.exists()  # only the newest failed attempt keeps its programs
     write(cell_dir / "record.json", json.dumps({
         "cell": "planted/cpu/local", "policy": "planted", "gpu": "cpu", "torch": "local", "exporter": "executorch_cpu",
         "status": "failed", "failed_step": "lower", "error": " ".join(failed["error"].split()),

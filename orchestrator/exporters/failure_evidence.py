@@ -6,7 +6,7 @@ partitioner and compile settings the repro generator repeats). `export-matrix re
 (orchestrator/repros/generate.py) and removes them once every failure of the cell has a script that reproduces it.
 Programs larger than KEEP_MIB (env EXPORT_MATRIX_KEEP_PROGRAMS_MIB, MiB; 0 keeps none) are not kept; programs.json
 then says so, which `repro` prints. The CUDA exporter's `save` step has written them already (its resume folder):
-they are moved, not written again.
+they are moved, not written again. Only the newest failed attempt of a cell keeps them (an archived attempt's go).
 
 A cell that fails in trace has no program; its log names the user code line where tracing stopped:
 `Exported policy trace stopped at: modeling_tdmpc.py:256 in plan: actions = elite_actions[...]`.
@@ -63,6 +63,8 @@ def keep_programs(export: Any, step: str, exc: BaseException) -> str:
 
     folder = Path(export.out) / PROGRAMS_DIR
     shutil.rmtree(folder, ignore_errors=True)
+    for earlier in Path(export.out).parent.glob(f"attempts/*/{Path(export.out).name}/{PROGRAMS_DIR}"):
+        shutil.rmtree(earlier, ignore_errors=True)  # an archived attempt's (gigabytes for a VLA): these replace them
     folder.mkdir(parents=True)
     name = type(exc).__qualname__ if type(exc).__module__ == "builtins" else \
         f"{type(exc).__module__}.{type(exc).__qualname__}"
