@@ -208,8 +208,14 @@ def _failure_id(target: dict[str, Any], record: Any, catalog: Any, taken: list[d
 
 
 def _env(spec: CellSpec) -> dict[str, str]:
+    """The job's environment less the orchestrator's folder on PYTHONPATH: the scripts are standalone (a build
+    whose packages come through PYTHONPATH, as scripts/offline-env gives them, keeps those)."""
     env = job_env(spec)
-    env.pop("PYTHONPATH", None)  # the scripts are standalone: nothing of the orchestrator on their path
+    ours = PACKAGE_DIR.parent.resolve()
+    kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ours]
+    env.pop("PYTHONPATH", None)
+    if kept:
+        env["PYTHONPATH"] = os.pathsep.join(kept)
     return env
 
 
