@@ -4,7 +4,12 @@ NOT RUN YET: no GPU machine was lent to the session that wrote it (issue 47). On
 wheels a bare CUDA image lacks in .whl (docs/gpu.md):
 
     scripts/offline-env .whl python3 bench/repros.py --gpu h100 --policies gaussian_actor,vqbet,diffusion,act
-    scripts/offline-env .whl python3 bench/repros.py --gpu h100 --policies pi0,pi05     # 10-25 min each: detach it
+
+pi0 and pi05 export for 8-12 minutes before they fail (docs/gpu.md): run the export detached first, follow it
+with `scripts/device-wait 540` in the next calls while the machine stays warm, then measure:
+
+    scripts/device-detach rerun pi0/h100/local matrix=gpu_smoke 'matrix.gpus=[h100]' exporter=executorch_cuda
+    scripts/offline-env .whl python3 bench/repros.py --gpu h100 --policies pi0     # finds its kept programs
 
 For each policy it runs the cell `<policy>/<gpu>/local` (torch 2.11.0 + executorch 1.2.0) with the embedded CUDA
 exporter unless its record there already failed and kept its programs, then `export-matrix repro` on it, and
