@@ -77,6 +77,33 @@ print(json.dumps({{"step": step, "error": f"{{type(exc).__name__}}: {{exc}}"}}))
 """
 
 
+EVERY_NODE = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, {repros!r})
+import generate, script
+import torch
+programs = Path(sys.argv[1])
+meta = json.loads((programs / "programs.json").read_text())
+done, failed = 0, []
+for method, name in meta["methods"].items():
+    program = generate.Program(method, torch.export.load(programs / name), meta)
+    for sig, node in {{generate.signature(n): n for n in program.nodes}}.items():
+        source = script.render(program.part([node]), meta, method, {{"first_line": "x"}}, "a test")
+        source = source.replace("lower(torch.export.export(model, inputs), inputs)",
+                                "torch.export.export(model, inputs); model(*inputs)")
+        try:
+            namespace = {{"__name__": "every_node"}}
+            exec(compile(source, sig, "exec"), namespace)
+            namespace["main"]()
+            done += 1
+        except Exception as exc:
+            failed.append(f"{{sig}}: {{type(exc).__name__}}: {{exc}}")
+print("\\n".join(failed))
+print(f"scripts {{done}} failed {{len(failed)}}")
+""".format(repros=str(ROOT / "orchestrator" / "repros"))
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # flatc
@@ -243,6 +270,11 @@ def test_a_real_failed_export_keeps_its_program_and_a_numeric_check_gets_the_exp
     result = json.loads((tmp_path / "generated" / "generate.json").read_text())
     assert done.returncode == 0 and result["targets"] == [], result
     assert result["why"].startswith("a numerical check failure builds up across the whole program"), result
+    # every distinct one-node program of the real policy's graph is a script that exports and runs (cat's list of
+    # tensors, chunk's getitems, to.device's device, detach): lowering left out, as this lane lowers them all
+    every = subprocess.run([sys.executable, "-c", EVERY_NODE, str(out / "programs")], capture_output=True, text=True,
+                           env=_env(), timeout=600)
+    assert every.returncode == 0 and re.search(r"(?m)^scripts \d{2,} failed 0$", every.stdout), every.stdout[-3000:]
 
 
 def test_repro_of_a_cell_without_kept_programs_says_why_in_one_line(tmp_path):

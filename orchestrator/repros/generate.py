@@ -101,6 +101,9 @@ class Program:
         def lit(value: Any) -> str:
             if hasattr(value, "op") and hasattr(value, "meta"):  # a graph node
                 return names[value] if value in names else outside(value)
+            if isinstance(value, (list, tuple)):  # cat's and stack's tensors come as a list of nodes
+                inner = ", ".join(lit(v) for v in value)
+                return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
             return script.literal(value)
 
         for node in ordered:
