@@ -71,9 +71,18 @@ def _stacks(d: dict) -> tuple[str, str, str]:
     return ("the smoke matrix on two stacks (XNNPACK, CPU)", passed, f"every cell on both {'✅' if every else '❌'}")
 
 
+def _bump(d: dict) -> tuple[str, str, str]:
+    return (f"`rerun --stale` after a LeRobot bump of act's modeling file ({len(d['policies'])} smoke policies, "
+            "CPU): by the files each cell loaded vs by the recipe",
+            f"{d['cells_rerun_by_code']} cell{'s' if d['cells_rerun_by_code'] != 1 else ''}, "
+            f"{d['export_s_by_code']:,.0f} s of export vs "
+            f"{d['cells_rerun_by_recipe']} cells, {d['export_s_by_recipe']:,.0f} s",
+            f"only the bumped policy's cells {'✅' if d['met'] else '❌'}")
+
+
 ROWS: dict[str, Callable[[dict], tuple[str, str, str]]] = {
     "overhead": _overhead, "cache": _cache, "prepare": _prepare, "collect": _collect, "submit": _submit,
-    "scale": _scale, "stacks": _stacks}
+    "scale": _scale, "stacks": _stacks, "bump": _bump}
 
 
 def table() -> str:
