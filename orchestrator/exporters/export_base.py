@@ -385,11 +385,13 @@ class PolicyExport:
                 if type(e).__module__ != "builtins":
                     name = f"{type(e).__module__}.{name}"
                 self.info["error"] = f"{name}: {e}"[:4000]
-                sys.stdout.flush()
-                traceback.print_exc()
                 from failure_evidence import after_failure
 
-                after_failure(self, step, e)  # the programs a repro starts from, or where the trace stopped
+                # the programs a repro starts from, or where the trace stopped; said before the traceback, so its
+                # last line stays just above the "error: The ... step failed" line, as the fork prints them
+                after_failure(self, step, e)
+                sys.stdout.flush()
+                traceback.print_exc()
                 if self.wrote_pte and self.pte.exists():
                     self.pte.replace(self.pte.with_name("model.pte.failed"))
                 self.write_info()
