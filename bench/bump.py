@@ -10,12 +10,14 @@ out: they point at download.pytorch.org, which this machine cannot reach; the bu
 3. the out_dir is copied and the copy's records lose their loaded-files lists, as a job before issue 48 wrote
    them, so the copy is judged by the recipe rule (today's); `status` and `rerun --stale` run on both, one after
    the other, each with a random-checkpoint folder of its own (a lerobot from git keys its checkpoints by its
-   sources' digest, so both build theirs again).
+   sources' digest, so both build theirs again);
+4. commit 3 changes `lerobot/policies/factory.py`, which every policy loads; after `env build`, `status` on the
+   by-files out_dir must mark all four cells.
 
 Writes bench/results/bump.json: the cells each rerun ran, the export seconds of their records (export_s), the
 rerun's wall seconds, and the reasons `status` gave.
 
-    .venv/bin/python bench/bump.py [--work DIR]      (about 25 minutes on 2 cores)
+    .venv/bin/python bench/bump.py [--work DIR]      (about 35 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -90,8 +92,10 @@ def write_configs(conf: Path, repo: Path, ref: str) -> None:
                                                           "torch": ["bump"], "exclude": [], "include": []}))
 
 
-def stale(common: list[str], out: Path) -> dict[str, str]:
-    done, _ = cli("status", *common, f"out_dir={out}")
+def stale(common: list[str], out: Path, seconds: list[float] | None = None) -> dict[str, str]:
+    done, took = cli("status", *common, f"out_dir={out}")
+    if seconds is not None:
+        seconds.append(round(took, 2))
     found = {}
     for line in done.stdout.splitlines():
         if "/cpu/bump" in line and " stale (" in line:
@@ -148,12 +152,20 @@ def main() -> int:
     by_recipe_out = work / "out_recipe"
     shutil.copytree(out, by_recipe_out, symlinks=True)
     without_lists(by_recipe_out)
-    reasons = {"by_code": stale(common, out), "by_recipe": stale(common, by_recipe_out)}
+    status_s: list[float] = []
+    reasons = {"by_code": stale(common, out, status_s), "by_recipe": stale(common, by_recipe_out)}
     print(f"status after the bump: by code {reasons['by_code']}; by recipe {sorted(reasons['by_recipe'])}")
     by_code = rerun(common, out, work / "ckpts_code")
     print(f"rerun --stale by code: {by_code}")
     by_recipe = rerun(common, by_recipe_out, work / "ckpts_recipe")
     print(f"rerun --stale by recipe: {by_recipe}")
+
+    factory = repo / "src" / "lerobot" / "policies" / "factory.py"
+    factory.write_text(factory.read_text() + "\n# bench/bump.py: a change to a file every policy loads\n")
+    write_configs(conf, repo, commit(repo, "factory.py: a comment"))
+    cli("env", "build", "bump", *common)
+    shared = stale(common, out)
+    print(f"status after a change to factory.py: {shared}")
 
     result = {
         "date": datetime.date.today().isoformat(),
@@ -163,11 +175,14 @@ def main() -> int:
         "export_s_by_code": by_code["export_s"], "export_s_by_recipe": by_recipe["export_s"],
         "rerun_wall_s_by_code": by_code["wall_s"], "rerun_wall_s_by_recipe": by_recipe["wall_s"],
         "by_code": by_code, "by_recipe": by_recipe, "status_reasons": reasons,
+        "status_s_after_the_bump": status_s[0],  # the whole `status` process, files compared included
+        "shared_file_bump": {"file": "src/lerobot/policies/factory.py", "stale": shared,
+                             "all_stale": sorted(shared) == sorted(f"{p}/cpu/bump" for p in POLICIES)},
         "sweep": {"cells": len(swept), "wall_s": round(sweep_s, 1),
                   "statuses": {c: r["status"] for c, r in swept.items()}},
         "env_build_s": [round(build_1, 1), round(build_2, 1)],
         "goal": "the bumped policy's cells and no others",
-        "met": by_code["cells"] == ["act/cpu/bump"],
+        "met": by_code["cells"] == ["act/cpu/bump"] and sorted(shared) == sorted(f"{p}/cpu/bump" for p in POLICIES),
     }
     write_json_atomic(RESULT, result)
     print(f"wrote {RESULT.relative_to(ROOT)}: by code {result['cells_rerun_by_code']} cells, "
