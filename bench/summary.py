@@ -72,8 +72,8 @@ def _stacks(d: dict) -> tuple[str, str, str]:
 
 
 def _bump(d: dict) -> tuple[str, str, str]:
-    return (f"`rerun --stale` after a LeRobot bump of act's modeling file ({len(d['policies'])} smoke policies, "
-            "CPU): by the files each cell loaded vs by the recipe",
+    return (f"`rerun --stale` after a bump of act's modeling file ({len(d['policies'])} smoke policies, CPU): "
+            "by loaded files vs by recipe",
             f"{d['cells_rerun_by_code']} cell{'s' if d['cells_rerun_by_code'] != 1 else ''}, "
             f"{d['export_s_by_code']:,.0f} s of export vs "
             f"{d['cells_rerun_by_recipe']} cells, {d['export_s_by_recipe']:,.0f} s",
