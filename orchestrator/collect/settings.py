@@ -1,7 +1,7 @@
 """Everything collect takes from the config, decided in this one file: knobs, labels, build fixes, table order,
 the catalog, the cells a selection keeps, which records are stale, and the arguments of the commands the table
-prints. `collect_settings` is the one call that composes (through the caches of config/), once the records are
-read; the rest of collect works from the Settings it returns and composes nothing.
+prints. `settings_and_records` is the one call that composes (through the caches of config/), and it reads the
+records; the rest of collect works from the Settings it returns and composes nothing.
 """
 
 from __future__ import annotations
